@@ -1,0 +1,63 @@
+# Every target sets itself up: `make test` and `make demo` work as root on a
+# fresh Debian bookworm machine with nothing prepared.  Setup steps leave stamp
+# files in .venv/ so a second run does not repeat them.
+
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+APT_STAMP := $(VENV)/.apt-stamp
+DEV_STAMP := $(VENV)/.dev-stamp
+
+# Debian packages: build deps of python-prctl (gcc, libcap-dev), the venv,
+# util-linux's unshare for PID namespaces, libvirt + QEMU for the VM tests,
+# podman/runc/debootstrap for the image tests, the anchors of the benchmarks.
+APT_PACKAGES := python3 python3-venv python3-dev gcc make libcap-dev pkg-config \
+	util-linux procps psmisc iproute2 ca-certificates curl \
+	libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils busybox-static cpio \
+	podman runc debootstrap \
+	tini dumb-init catatonit supervisor
+
+PLUGINS := $(wildcard plugins/*/pyproject.toml)
+
+.PHONY: all setup dev test lint typecheck demo image bench clean
+
+all: test
+
+$(APT_STAMP):
+	@if [ "$$(id -u)" != 0 ]; then echo "make: run as root (apt-get is needed once)" >&2; exit 1; fi
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null
+	python3 -m venv $(VENV)
+	touch $@
+
+$(DEV_STAMP): $(APT_STAMP) pyproject.toml $(PLUGINS) requirements-dev.txt
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements-dev.txt
+	$(PIP) install -q -e . $(addprefix -e ,$(dir $(PLUGINS)))
+	$(PY) -m compileall -q supervisor plugins >/dev/null
+	touch $@
+
+setup: $(DEV_STAMP)
+
+lint: $(DEV_STAMP)
+	$(VENV)/bin/ruff check supervisor plugins tests examples benchmarks
+	$(VENV)/bin/mypy --strict supervisor
+
+typecheck: lint
+
+test: $(DEV_STAMP)
+	$(MAKE) --no-print-directory lint
+	$(VENV)/bin/pytest -n 2 --dist loadgroup -p no:cacheprovider tests $(wildcard plugins/*/tests) examples/plugins
+
+demo: $(DEV_STAMP)
+	@examples/demo.sh
+
+image: $(APT_STAMP)
+	@tools/build-image.sh
+
+bench: $(DEV_STAMP)
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,53 @@
+"""pid1-supervisor: a PID 1 for Kubernetes pods.
+
+The public API, for plugin authors and embedders, is what this module exports.
+It is loaded lazily: the console script imports this package before the init
+layer has blocked signals, and a SIGTERM must not be lost while trio and
+pluggy are importing (see ``supervisor._init``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from ._context import Context, ProcessInfo
+    from ._deadline import Deadline
+    from ._status import ExitStatus
+    from ._timeline import Step, Timeline
+    from .config import Config, ConfigError, Position, ProcessSpec, Settings
+    from .hookspec import hookimpl
+
+_EXPORTS = {
+    "hookimpl": ".hookspec",
+    "Context": "._context",
+    "ProcessInfo": "._context",
+    "Deadline": "._deadline",
+    "ExitStatus": "._status",
+    "Step": "._timeline",
+    "Timeline": "._timeline",
+    "Config": ".config",
+    "ConfigError": ".config",
+    "Position": ".config",
+    "ProcessSpec": ".config",
+    "Settings": ".config",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'supervisor' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

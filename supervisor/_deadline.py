@@ -1,0 +1,112 @@
+"""The shutdown budget: one object that every step of the plan draws from.
+
+A Kubernetes pod has one grace period for everything: hooks, stop signals,
+waits and the final SIGKILL.  Recomputing "time left" in many places drifts and
+double-counts, so the plan holds a single Deadline, hands it to every hook, and
+derives every cancel scope from it.  When a plugin learns the real deadline
+(the pod's deletionTimestamp) or a second SIGTERM asks to hurry, the change
+reaches every scope that is already waiting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import trio
+
+__all__ = ["Deadline"]
+
+# Hooks stop this long before the escalation moment so that the plan can
+# still deliver stop signals and SIGKILL itself.  10% of the budget, at most
+# one second: a 2 s budget keeps 200 ms, a 30 s one keeps 1 s.
+_RESERVE_FRACTION = 0.1
+_RESERVE_MAX = 1.0
+
+
+class Deadline:
+    """When the supervisor escalates to SIGKILL, and how much time is left.
+
+    ``at`` is the escalation moment on trio's clock.  Hooks run in scopes that
+    end ``reserve`` seconds earlier, process stops in scopes that end at ``at``.
+    The deadline only ever moves earlier.
+    """
+
+    def __init__(self, budget: float, *, reserve: float | None = None) -> None:
+        now = trio.current_time()
+        self.started = now
+        self.budget = budget
+        self._at = now + budget
+        self.reserve = (
+            min(_RESERVE_MAX, budget * _RESERVE_FRACTION) if reserve is None else reserve
+        )
+        self.reasons: list[str] = []
+        # Scopes currently following the deadline: (scope, keeps the reserve,
+        # its own fixed limit).  A list, not a weak set: scopes leave it when
+        # their `with` block ends, and there are only ever a handful.
+        self._scopes: list[tuple[trio.CancelScope, bool, float]] = []
+
+    @property
+    def at(self) -> float:
+        return self._at
+
+    @property
+    def expired(self) -> bool:
+        return trio.current_time() >= self._at
+
+    def remaining(self) -> float:
+        """Seconds until escalation to SIGKILL."""
+        return max(0.0, self._at - trio.current_time())
+
+    def remaining_for_hooks(self) -> float:
+        """Seconds a hook may still use: up to the escalation moment less the reserve."""
+        return max(0.0, self._at - self.reserve - trio.current_time())
+
+    def elapsed(self) -> float:
+        return trio.current_time() - self.started
+
+    def shorten(self, remaining: float, reason: str) -> bool:
+        """Move the deadline to ``remaining`` seconds from now if that is sooner.
+
+        Returns whether it moved.  ``reason`` ends up in the log and the
+        timeline ("pod deletion deadline").
+        """
+        target = trio.current_time() + max(0.0, remaining)
+        if target >= self._at:
+            return False
+        self._at = target
+        self.reserve = min(self.reserve, max(0.0, remaining) * _RESERVE_FRACTION * 2)
+        self.reasons.append(reason)
+        self._update_scopes()
+        return True
+
+    def expire(self, reason: str) -> None:
+        """Escalate now: every waiting hook is cancelled, every stop kills."""
+        self._at = min(self._at, trio.current_time())
+        self.reserve = 0.0
+        self.reasons.append(reason)
+        self._update_scopes()
+
+    @contextmanager
+    def scope(
+        self, *, keep_reserve: bool = True, timeout: float = math.inf
+    ) -> Iterator[trio.CancelScope]:
+        """A cancel scope that ends with the deadline (less the reserve) or ``timeout``.
+
+        The scope follows later changes of the deadline; ``timeout`` is fixed
+        from the moment the scope is entered.
+        """
+        entry = (trio.CancelScope(), keep_reserve, trio.current_time() + timeout)
+        self._scopes.append(entry)
+        self._update_scopes()
+        try:
+            with entry[0]:
+                yield entry[0]
+        finally:
+            self._scopes.remove(entry)
+
+    def _update_scopes(self) -> None:
+        for cancel_scope, keep_reserve, own_limit in self._scopes:
+            escalation = self._at - self.reserve if keep_reserve else self._at
+            cancel_scope.deadline = min(own_limit, escalation)

@@ -1,0 +1,96 @@
+"""The shutdown timeline: where the grace period went, as a list of records.
+
+Filled by the plan (and by plugins for their own sub-steps, such as one VM's
+shutdown) and rendered once, at the end, as text or JSON, so that
+``kubectl logs`` answers "what took so long" without a debugger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import trio
+
+__all__ = ["Outcome", "Step", "Timeline"]
+
+Outcome = str
+"""One of ``ok``, ``timeout``, ``error``, ``cancelled``, ``skipped`` or a
+step-specific word (``killed``, ``destroyed``, ``saved``...)."""
+
+
+@dataclass
+class Step:
+    """One record: what ran, in which phase, when (offset from the start of
+    the shutdown), for how long, and how it ended."""
+
+    phase: str
+    name: str
+    start: float
+    duration: float = 0.0
+    outcome: Outcome = "ok"
+    detail: str = ""
+    plugin: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        record: dict[str, object] = {
+            "phase": self.phase,
+            "name": self.name,
+            "start": round(self.start, 4),
+            "duration": round(self.duration, 4),
+            "outcome": self.outcome,
+        }
+        if self.plugin:
+            record["plugin"] = self.plugin
+        if self.detail:
+            record["detail"] = self.detail
+        return record
+
+
+@dataclass
+class Timeline:
+    origin: float = field(default_factory=trio.current_time)
+    steps: list[Step] = field(default_factory=list)
+
+    @contextmanager
+    def step(self, phase: str, name: str, *, plugin: str | None = None) -> Iterator[Step]:
+        """Record the block as one step.  Set ``step.outcome`` inside the block
+        for anything other than ``ok``; a cancellation is recorded as
+        ``cancelled`` (or ``timeout`` if the block set it) and an exception as
+        ``error``, and both propagate unchanged."""
+        record = Step(phase=phase, name=name, start=trio.current_time() - self.origin, plugin=plugin)
+        self.steps.append(record)
+        try:
+            yield record
+        except trio.Cancelled:
+            if record.outcome == "ok":
+                record.outcome = "cancelled"
+            raise
+        except BaseException as exc:
+            record.outcome = "error"
+            record.detail = record.detail or f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            record.duration = trio.current_time() - self.origin - record.start
+
+    def render(self) -> list[str]:
+        """Aligned text lines, one per step, in the order the steps started."""
+        if not self.steps:
+            return []
+        width = max(len(_label(s)) for s in self.steps)
+        lines = []
+        for s in sorted(self.steps, key=lambda s: s.start):
+            line = f"+{s.start:7.3f}s {s.duration:7.3f}s  {_label(s):<{width}}  {s.outcome}"
+            if s.detail:
+                line += f" ({s.detail})"
+            lines.append(line)
+        return lines
+
+    def as_json(self) -> list[dict[str, object]]:
+        return [s.as_dict() for s in sorted(self.steps, key=lambda s: s.start)]
+
+
+def _label(step: Step) -> str:
+    who = f"{step.plugin}: " if step.plugin else ""
+    return f"{step.phase:<19} {who}{step.name}"

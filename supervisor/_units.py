@@ -1,0 +1,101 @@
+"""Durations and signal names: the two value types every layer parses.
+
+Stdlib only, because the init layer and the CLI use it before anything heavy is
+imported.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+
+__all__ = [
+    "FORWARDABLE_SIGNALS",
+    "format_duration",
+    "parse_duration",
+    "parse_signal",
+    "signal_name",
+]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+# Signals 1-31 that a PID 1 passes on.  KILL and STOP cannot be caught, CHLD is
+# the reaper's own business, and TSTP/TTIN/TTOU are terminal job control: a
+# container init that forwards them stops its child behind the user's back
+# (tini and catatonit swallow them for the same reason).
+_NOT_FORWARDED = {
+    signal.SIGKILL,
+    signal.SIGSTOP,
+    signal.SIGCHLD,
+    signal.SIGTSTP,
+    signal.SIGTTIN,
+    signal.SIGTTOU,
+}
+FORWARDABLE_SIGNALS: frozenset[int] = frozenset(
+    s for s in range(1, 32) if s not in _NOT_FORWARDED
+)
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Return seconds for ``30``, ``30s``, ``500ms``, ``1.5s``, ``2m`` or ``1h``.
+
+    Raises ValueError with a message that names the accepted forms.
+    """
+    if isinstance(text, bool):
+        raise ValueError(f"expected a duration such as 30s or 500ms, got {text!r}")
+    if isinstance(text, int | float):
+        if text < 0 or text != text or text == float("inf"):
+            raise ValueError(f"a duration must be a finite number >= 0, got {text!r}")
+        return float(text)
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(
+            f"invalid duration {text!r}: use a number of seconds or a number with "
+            "ms, s, m or h (30, 30s, 500ms, 1.5s, 2m)"
+        )
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    """The inverse of parse_duration, for messages and plans: 1.5s, 250ms, 2m."""
+    if seconds < 1 and seconds != 0:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds >= 120 and seconds % 60 == 0:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds:.3g}s" if seconds < 100 else f"{seconds:.0f}s"
+
+
+def parse_signal(text: str | int, *, allow_zero: bool = False) -> int:
+    """Return the number of ``TERM``, ``SIGTERM``, ``sigterm`` or ``15``.
+
+    ``allow_zero`` admits 0, which --rewrite uses to mean "drop the signal".
+    """
+    if isinstance(text, bool):
+        raise ValueError(f"expected a signal name or number, got {text!r}")
+    raw = str(text).strip()
+    if raw.isdigit():
+        number = int(raw)
+        if number == 0 and allow_zero:
+            return 0
+        if 1 <= number <= 31:
+            return number
+        raise ValueError(f"invalid signal number {raw}: use 1-31" + (" or 0" if allow_zero else ""))
+    name = raw.upper()
+    if not name.startswith("SIG"):
+        name = "SIG" + name
+    try:
+        number = int(signal.Signals[name])
+    except KeyError:
+        raise ValueError(f"unknown signal {raw!r}: use a name such as TERM or SIGUSR1, or a number") from None
+    if not 1 <= number <= 31:
+        raise ValueError(f"signal {raw!r} is a real-time signal; only 1-31 are supported")
+    return number
+
+
+def signal_name(number: int) -> str:
+    """``SIGTERM`` for 15; the number itself for anything without a name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

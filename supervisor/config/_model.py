@@ -1,0 +1,127 @@
+"""The immutable configuration model: what the rest of the supervisor reads.
+
+Everything here is already validated and resolved (durations in seconds,
+signals as numbers, ``${VAR}`` expanded), so no other layer parses strings.
+Positions travel with the objects so that later checks (a plugin naming an
+unknown process, say) can still point at the right line.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+__all__ = [
+    "Backoff",
+    "Capabilities",
+    "Config",
+    "Position",
+    "ProcessSpec",
+    "ReadyCheck",
+    "RestartPolicy",
+]
+
+RestartPolicy = Literal["never", "on-failure", "always"]
+ReadyKind = Literal["socket", "tcp", "http", "exec", "file", "after"]
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A place in a configuration file; line and column count from 1."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyCheck:
+    """How to tell that a process is ready for its dependents.
+
+    ``target`` is a path (socket, file), ``host:port`` (tcp), a URL (http),
+    an argv tuple (exec) or seconds (after).
+    """
+
+    kind: ReadyKind
+    target: str | tuple[str, ...] | float
+    timeout: float = 60.0  # the process must be ready within this, or start-up fails
+    interval: float = 0.1  # between probes
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential restart delays with jitter: initial, doubled up to max.
+
+    More than ``max_restarts`` restarts inside ``window`` seconds and the
+    process has failed for good.
+    """
+
+    initial: float = 1.0
+    max: float = 30.0
+    max_restarts: int = 5
+    window: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """Capability names without the CAP_ prefix, lower case (``net_bind_service``).
+
+    ``drop`` may contain ``all``; ``keep`` means "drop every other one".
+    """
+
+    drop: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    name: str
+    command: tuple[str, ...]
+    depends_on: tuple[str, ...] = ()
+    main: bool = False
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    cwd: str | None = None
+    user: str | None = None  # as written: a name or a number
+    group: str | None = None
+    no_new_privs: bool = False
+    capabilities: Capabilities | None = None
+    restart: RestartPolicy = "never"
+    backoff: Backoff = field(default_factory=Backoff)
+    on_failure: Literal["shutdown", "ignore"] = "shutdown"
+    stop_signal: int = signal.SIGTERM
+    stop_timeout: float | None = None  # None: whatever remains of the budget
+    process_group: bool = True
+    ready: ReadyCheck | None = None
+    log_prefix: bool = False
+    position: Position | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """A whole deployment: the processes, the shutdown budget, plugin settings.
+
+    ``plugins`` maps a plugin's name to its still-raw settings node (see
+    ``supervisor.Settings``); each plugin validates its own section.
+    """
+
+    processes: tuple[ProcessSpec, ...] = ()
+    grace_period: float = 30.0
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    plugins: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    path: str | None = None
+    # Positions of top-level keys, for messages about them (e.g. "plugins").
+    positions: Mapping[str, Position] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def main(self) -> ProcessSpec | None:
+        return next((p for p in self.processes if p.main), None)
+
+    def process(self, name: str) -> ProcessSpec:
+        return next(p for p in self.processes if p.name == name)

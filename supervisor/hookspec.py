@@ -1,0 +1,172 @@
+"""Hook specifications: the reference for plugin authors.
+
+A plugin is an ordinary Python distribution that names a module (or a class,
+which the host instantiates without arguments) in the entry-point group
+``supervisor.plugins``::
+
+    [project.entry-points."supervisor.plugins"]
+    drain-file = "drain_file_plugin"
+
+It acts only when the deployment's YAML names it under ``plugins:`` (its
+settings go there, even if empty: ``drain-file: {}``).  Implement any of the
+hooks below with the ``supervisor.hookimpl`` marker; argument names must match
+the specification, and you may declare only the arguments you need.
+
+How hooks run
+-------------
+* Every hook except ``supervisor_configure`` and ``supervisor_add_commands``
+  may be ``async def`` or plain ``def``.  The host runs one trio task per
+  implementation, all implementations of a hook concurrently in one nursery.
+  Blocking I/O belongs in ``trio.to_thread.run_sync`` with a timeout of its own.
+* An exception, a hang or a timeout in one implementation is logged with the
+  plugin's name and recorded in the timeline; it never stops the other
+  implementations, the shutdown, or PID 1.  Raise freely.
+* Each implementation runs under its plugin's ``hook_timeout`` (a host-level
+  setting available in every plugin's section) and, during shutdown, under the
+  plan's deadline less its reserve: a hook that would overrun the budget is
+  cancelled so the supervisor can still escalate to SIGKILL in time.
+* Shutdown hooks receive the plan's ``deadline`` (``supervisor.Deadline``):
+  read ``deadline.remaining_for_hooks()`` before choosing a wait of your own,
+  and call ``deadline.shorten(...)`` if you learn the real one.
+* ``ctx`` (``supervisor.Context``) is your plugin's view: its parsed settings,
+  a logger named after it, the supervised processes, the timeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ._context import Context, ProcessInfo
+    from ._deadline import Deadline
+    from ._status import ExitStatus
+    from .config import Settings
+
+__all__ = ["PROJECT", "hookimpl", "hookspec"]
+
+PROJECT = "supervisor"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --------------------------------------------------------------------------
+# Configuration (before anything starts)
+# --------------------------------------------------------------------------
+
+
+@hookspec
+def supervisor_configure(settings: Settings) -> object:
+    """Validate this plugin's section of ``plugins:`` and return what it needs.
+
+    Called once, synchronously, for each enabled plugin, with its own
+    section.  Read values through ``settings`` (``settings.duration("delay",
+    default=5.0)``, ``settings.string(...)``, ``settings.section(...)``...):
+    they check types and record each problem at its ``FILE:LINE:COLUMN``.
+    Call ``settings.error(key, message)`` for checks of your own and
+    ``settings.check_keys(...)`` to reject unknown keys.  The supervisor
+    reports every problem of every plugin at once and exits 2 before starting
+    anything.
+
+    The return value becomes ``ctx.settings`` in this plugin's other hooks
+    (the ``Settings`` object itself if you return None).
+    """
+
+
+@hookspec
+def supervisor_add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add subcommands to the ``supervisor`` CLI (for operators' tools).
+
+    Called for every installed plugin, enabled or not.  Give each parser a
+    handler with ``parser.set_defaults(handler=fn)`` where ``fn(args)``
+    returns the exit status.
+    """
+
+
+# --------------------------------------------------------------------------
+# Normal operation
+# --------------------------------------------------------------------------
+
+
+@hookspec
+async def supervisor_startup(ctx: Context) -> None:
+    """Runs before any process starts; the start waits until every
+    implementation has returned (or timed out).
+
+    Use it to wait for a dependency outside the pod or to prepare state.  A
+    failure is logged and does not prevent the start.
+    """
+
+
+@hookspec
+async def supervisor_background(ctx: Context) -> None:
+    """Long-running work during normal operation (watchers, periodic
+    enforcers).
+
+    Started once every process has started; cancelled when the shutdown
+    begins.  Returning early is fine; an exception is logged.
+    """
+
+
+@hookspec
+async def supervisor_process_started(ctx: Context, process: ProcessInfo) -> None:
+    """A process was spawned (also after each restart)."""
+
+
+@hookspec
+async def supervisor_process_exited(ctx: Context, process: ProcessInfo, status: ExitStatus) -> None:
+    """A process exited, whether or not it will be restarted."""
+
+
+@hookspec
+async def supervisor_process_restarted(ctx: Context, process: ProcessInfo, attempt: int) -> None:
+    """A crashed process was spawned again; ``attempt`` counts from 1 within
+    the backoff window."""
+
+
+# --------------------------------------------------------------------------
+# The shutdown plan, in order
+# --------------------------------------------------------------------------
+
+
+@hookspec
+async def supervisor_shutdown_started(ctx: Context, deadline: Deadline, reason: str) -> None:
+    """The shutdown begins (``reason``: "SIGTERM", "main process exited"...).
+
+    The place to learn the real deadline and ``deadline.shorten()`` to it,
+    before the other steps divide up the time.  Keep it short.
+    """
+
+
+@hookspec
+async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
+    """Before any process is stopped: wait until it is safe to stop them
+    (endpoints drained, a fixed delay, an app's drain endpoint).
+
+    All implementations run concurrently.  If the main process exits
+    meanwhile they are cancelled: there is nothing left to drain.
+    """
+
+
+@hookspec
+async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> None:
+    """Right before ``process`` gets its stop signal (processes stop in
+    reverse dependency order).  E.g. shut down VMs before libvirtd goes.
+
+    Not called for a process that has already exited.
+    """
+
+
+@hookspec
+async def supervisor_after_process_stop(
+    ctx: Context, deadline: Deadline, process: ProcessInfo, status: ExitStatus
+) -> None:
+    """``process`` has exited (gracefully or killed) with ``status``; it can
+    no longer act.  E.g. release the leader Lease the process held."""
+
+
+@hookspec
+async def supervisor_post_stop(ctx: Context, deadline: Deadline) -> None:
+    """Every supervised process has exited.  Clean-up outside the pod."""

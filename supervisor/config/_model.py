@@ -12,7 +12,10 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ._settings import Settings
 
 __all__ = [
     "Backoff",
@@ -106,15 +109,15 @@ class ProcessSpec:
 class Config:
     """A whole deployment: the processes, the shutdown budget, plugin settings.
 
-    ``plugins`` maps a plugin's name to its still-raw settings node (see
-    ``supervisor.Settings``); each plugin validates its own section.
+    ``plugins`` maps a plugin's name to its section, not yet validated: each
+    plugin reads its own through ``supervisor.Settings``.
     """
 
     processes: tuple[ProcessSpec, ...] = ()
     grace_period: float = 30.0
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    plugins: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    plugins: Mapping[str, Settings] = field(default_factory=lambda: MappingProxyType({}))
     path: str | None = None
     # Positions of top-level keys, for messages about them (e.g. "plugins").
     positions: Mapping[str, Position] = field(default_factory=lambda: MappingProxyType({}))

@@ -1,0 +1,31 @@
+"""The configuration layer: YAML with positions to a validated, immutable ``Config``.
+
+``load_config`` reads and checks a file and reports every problem at once
+(``ConfigError``); ``Settings`` is how plugins read their own sections;
+``start_levels``, ``budget_problems`` and ``render_plan`` serve the
+orchestrator and ``supervisor check``.
+"""
+
+from ._errors import ConfigError, Problem
+from ._load import load_config
+from ._model import Backoff, Capabilities, Config, Position, ProcessSpec, ReadyCheck
+from ._order import budget_problems, start_levels, stop_levels
+from ._render import render_plan
+from ._settings import Settings
+
+__all__ = [
+    "Backoff",
+    "Capabilities",
+    "Config",
+    "ConfigError",
+    "Position",
+    "Problem",
+    "ProcessSpec",
+    "ReadyCheck",
+    "Settings",
+    "budget_problems",
+    "load_config",
+    "render_plan",
+    "start_levels",
+    "stop_levels",
+]

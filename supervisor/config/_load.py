@@ -1,0 +1,168 @@
+"""``load_config``: a YAML file to a validated ``Config``, or every problem at once."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Literal, cast
+
+from ._errors import ConfigError, Problem
+from ._model import Config, Position, ProcessSpec
+from ._nodes import Node
+from ._order import find_cycles
+from ._process import parse_process
+from ._settings import Settings
+from ._source import parse_file
+
+__all__ = ["TOP_LEVEL_KEYS", "load_config"]
+
+TOP_LEVEL_KEYS = ("grace_period", "log", "processes", "plugins")
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def load_config(path: str, environ: Mapping[str, str] | None = None) -> Config:
+    """Read and validate the configuration at ``path``.
+
+    ``${VAR}`` references are expanded from ``environ`` (default: this
+    process's environment).  Raises ConfigError listing every problem, each as
+    ``FILE:LINE:COLUMN: message``; no other exception escapes, whatever the
+    file holds.
+    """
+    env = os.environ if environ is None else environ
+    try:
+        root, problems = parse_file(path, env)
+        if root is None:
+            raise ConfigError(problems or [Problem(Position(path, 1, 1), _EMPTY)])
+        config = _build(root, path, problems)
+    except RecursionError:
+        raise ConfigError.at(Position(path, 1, 1), "the document is nested too deeply") from None
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+_EMPTY = (
+    "the configuration is empty: expected a mapping with keys such as processes: and grace_period:"
+)
+
+
+def _build(root: Node, path: str, problems: list[Problem]) -> Config:
+    if root.bad:
+        return Config(path=path)
+    if root.value is None:
+        problems.append(Problem(root.position, _EMPTY))
+        return Config(path=path)
+    if not isinstance(root.value, dict):
+        problems.append(
+            Problem(
+                root.position,
+                "the top level must be a mapping with keys such as processes: and grace_period:, "
+                f"got {root.describe()}",
+            )
+        )
+        return Config(path=path)
+    top = Settings(root, path="", problems=problems, reserved=())
+    top.check_keys(TOP_LEVEL_KEYS)
+    grace_period = top.duration("grace_period", 30.0)
+    log = top.section("log")
+    log_format, log_level = "text", "info"
+    if log is not None:
+        log.check_keys(["format", "level"])
+        log_format = log.string("format", log_format, choices=LOG_FORMATS)
+        log_level = log.string("level", log_level, choices=LOG_LEVELS)
+    return Config(
+        processes=_processes(root.value, top),
+        grace_period=grace_period,
+        log_format=cast(Literal["text", "json"], log_format),
+        log_level=cast(Literal["debug", "info", "warning", "error"], log_level),
+        plugins=MappingProxyType(_plugins(root.value, top)),
+        path=path,
+        positions=MappingProxyType(_key_positions(root)),
+    )
+
+
+def _key_positions(root: Node) -> dict[str, Position]:
+    return dict(root.keys)
+
+
+def _processes(root: dict[str, Node], top: Settings) -> tuple[ProcessSpec, ...]:
+    node = root.get("processes")
+    if node is not None and isinstance(node.value, dict):
+        # `processes: {web: {...}}` is another tool's layout; sections() would
+        # read it as a single process with a key named "web".
+        top.error(
+            "processes", "expected a list of processes, each written `- name: ...`, got a mapping"
+        )
+        return ()
+    entries = top.sections("processes")
+    specs: list[ProcessSpec] = []
+    entry_of: dict[str, Settings] = {}
+    for entry in entries:
+        spec = parse_process(entry)
+        if spec is None:
+            continue
+        if spec.name in entry_of:
+            first = entry_of[spec.name].position_of("name")
+            line = f" (line {first.line})" if first else ""
+            entry.error("name", f"duplicate process name {spec.name!r}: already used{line}")
+            continue
+        entry_of[spec.name] = entry
+        specs.append(spec)
+    invalid_names = {entry.raw("name") for entry in entries if entry.raw("name") not in entry_of}
+    _check_dependencies(specs, entry_of, invalid_names)
+    _check_main(specs, entry_of)
+    return tuple(specs)
+
+
+def _check_dependencies(
+    specs: list[ProcessSpec], entry_of: dict[str, Settings], invalid_names: set[object]
+) -> None:
+    for spec in specs:
+        entry = entry_of[spec.name]
+        for dep in spec.depends_on:
+            if dep == spec.name:
+                entry.error("depends_on", f"{spec.name!r} cannot depend on itself")
+            elif dep not in entry_of and dep not in invalid_names:
+                names = ", ".join(repr(name) for name in entry_of if name != spec.name) or "none"
+                entry.error("depends_on", f"unknown process {dep!r} (processes: {names})")
+    for cycle in find_cycles({spec.name: spec.depends_on for spec in specs}):
+        entry_of[cycle[0]].error("depends_on", f"dependency cycle: {' -> '.join(cycle)}")
+
+
+def _check_main(specs: list[ProcessSpec], entry_of: dict[str, Settings]) -> None:
+    mains = [spec for spec in specs if spec.main]
+    for extra in mains[1:]:
+        first = entry_of[mains[0].name].position_of("main")
+        line = f" (line {first.line})" if first else ""
+        entry_of[extra.name].error(
+            "main", f"only one process can be main: {mains[0].name!r} already is{line}"
+        )
+
+
+def _plugins(root: dict[str, Node], top: Settings) -> dict[str, Settings]:
+    """Each plugin's section, unvalidated: the plugin reads it with Settings."""
+    node = root.get("plugins")
+    if node is None or node.bad or node.value is None:
+        return {}
+    if not isinstance(node.value, dict):
+        top.error(
+            "plugins",
+            f"expected a mapping of plugin names to their settings, got {node.describe()}",
+        )
+        return {}
+    plugins = {}
+    for name, item in node.value.items():
+        if item.bad:
+            continue
+        section = Node({}, item.position) if item.value is None else item
+        # (`kubernetes:` with nothing after it: enabled with all defaults.)
+        if not isinstance(section.value, dict):
+            message = f"expected a mapping of settings ({{}} for none), got {item.describe()}"
+            top.problems.append(Problem(item.position, f"plugins.{name}: {message}"))
+            continue
+        # Each plugin has its own problem list: the plugin host reports them
+        # once the plugin's supervisor_configure hook has read its section.
+        plugins[name] = Settings(section, path=f"plugins.{name}")
+    return plugins

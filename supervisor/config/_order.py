@@ -1,0 +1,161 @@
+"""Start and stop order from ``depends_on``, and whether the stops fit the budget."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from .._units import format_duration
+from ._errors import Problem
+from ._model import Config, ProcessSpec
+
+__all__ = ["budget_problems", "find_cycles", "start_levels", "stop_levels"]
+
+
+def start_levels(config: Config) -> list[list[ProcessSpec]]:
+    """Processes grouped by dependency depth: level 0 depends on nothing.
+
+    A level starts once every process of the levels before it is ready; the
+    processes of one level start together.  Within a level the file's order
+    is kept.  Dependencies on names that are not in ``config`` are ignored
+    (load_config has already reported them).
+    """
+    by_name = {p.name: p for p in config.processes}
+    depth: dict[str, int] = {}
+
+    def level_of(process: ProcessSpec, seen: tuple[str, ...]) -> int:
+        if process.name in depth:
+            return depth[process.name]
+        if process.name in seen:
+            cycle = " -> ".join((*seen[seen.index(process.name) :], process.name))
+            raise ValueError(f"dependency cycle: {cycle}")
+        deps = [by_name[d] for d in process.depends_on if d in by_name]
+        level = 1 + max((level_of(d, (*seen, process.name)) for d in deps), default=-1)
+        depth[process.name] = level
+        return level
+
+    levels: list[list[ProcessSpec]] = []
+    for process in config.processes:
+        level = level_of(process, ())
+        while len(levels) <= level:
+            levels.append([])
+    for process in config.processes:
+        levels[depth[process.name]].append(process)
+    return levels
+
+
+def stop_levels(config: Config) -> list[list[ProcessSpec]]:
+    """The reverse of ``start_levels``: dependents stop before what they depend on."""
+    return start_levels(config)[::-1]
+
+
+def find_cycles(graph: Mapping[str, Sequence[str]]) -> list[list[str]]:
+    """One cycle per group of processes that depend on each other, as a path
+    that ends where it starts (``[a, b, a]``), in the order of ``graph``.
+
+    Self-dependencies and unknown names are left to the caller.
+    """
+    edges = {n: [d for d in deps if d in graph and d != n] for n, deps in graph.items()}
+    order = {name: i for i, name in enumerate(graph)}
+    cycles = []
+    for component in _strong_components(edges):
+        if len(component) < 2:
+            continue
+        members = set(component)
+        start = min(component, key=order.__getitem__)
+        cycles.append(_cycle_through(start, edges, members))
+    cycles.sort(key=lambda c: order[c[0]])
+    return cycles
+
+
+def _strong_components(edges: Mapping[str, Sequence[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iteratively (a long chain must not hit the recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            node, next_edge = work.pop()
+            if next_edge == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            targets = edges[node]
+            if next_edge < len(targets):
+                work.append((node, next_edge + 1))
+                target = targets[next_edge]
+                if target not in index:
+                    work.append((target, 0))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return components
+
+
+def _cycle_through(start: str, edges: Mapping[str, Sequence[str]], members: set[str]) -> list[str]:
+    """A shortest path from ``start`` back to itself inside one component."""
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in edges[node]:
+                if target not in members:
+                    continue
+                if target == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [*reversed(path), start]
+                if target not in previous:
+                    previous[target] = node
+                    following.append(target)
+        frontier = following
+    raise AssertionError("a strong component always has a cycle")
+
+
+def budget_problems(config: Config) -> list[Problem]:
+    """Whether the stop timeouts fit in the grace period, stop level after level.
+
+    Each level waits as long as its slowest process (``stop_timeout``; a
+    process without one takes what is left, so it never overruns).  If the sum
+    exceeds ``grace_period``, the later processes would be killed before their
+    own timeout began: one problem, at the ``grace_period`` key.
+    """
+    levels = stop_levels(config)
+    parts = []
+    total = 0.0
+    for number, level in enumerate(levels, start=1):
+        timed = [p for p in level if p.stop_timeout is not None]
+        if not timed:
+            continue
+        slowest = max(timed, key=lambda p: p.stop_timeout or 0.0)
+        assert slowest.stop_timeout is not None
+        total += slowest.stop_timeout
+        parts.append(f"level {number} ({slowest.name}) {format_duration(slowest.stop_timeout)}")
+    if total <= config.grace_period:
+        return []
+    position = config.positions.get("grace_period") or config.positions.get("processes")
+    message = (
+        f"grace_period: the stop timeouts do not fit: {' + '.join(parts)} = "
+        f"{format_duration(total)}, more than the grace period of "
+        f"{format_duration(config.grace_period)}; "
+        "raise grace_period (and the pod's terminationGracePeriodSeconds) or lower stop_timeout"
+    )
+    return [Problem(position, message)]

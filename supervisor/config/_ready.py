@@ -1,0 +1,100 @@
+"""The ``ready:`` section of a process: how its dependents know it is up."""
+
+from __future__ import annotations
+
+import ipaddress
+import urllib.parse
+
+from ._model import ReadyCheck, ReadyKind
+from ._settings import Settings
+
+__all__ = ["READY_KINDS", "parse_ready", "parse_tcp_address"]
+
+READY_KINDS: tuple[ReadyKind, ...] = ("socket", "tcp", "http", "exec", "file", "after")
+_DEFAULT = ReadyCheck(kind="after", target=0.0)
+
+
+def parse_ready(section: Settings) -> ReadyCheck | None:
+    """Validate ``{<kind>: target, timeout: .., interval: ..}``; None if invalid."""
+    section.check_keys([*READY_KINDS, "timeout", "interval"])
+    kinds = [kind for kind in READY_KINDS if kind in section]
+    timeout = section.duration("timeout", _DEFAULT.timeout)
+    interval = section.duration("interval", _DEFAULT.interval)
+    if timeout <= 0:
+        section.error("timeout", "must be greater than 0")
+    if interval <= 0:
+        section.error("interval", "must be greater than 0 (it is the pause between probes)")
+    if not kinds:
+        section.error(None, "needs one of " + ", ".join(READY_KINDS))
+        return None
+    if len(kinds) > 1:
+        section.error_at_key(
+            kinds[1],
+            f"{section.path}: only one check per process, got {' and '.join(kinds)}",
+        )
+        return None
+    kind = kinds[0]
+    target = _target(section, kind)
+    if target is None:
+        return None
+    return ReadyCheck(kind=kind, target=target, timeout=timeout, interval=interval)
+
+
+def _target(section: Settings, kind: ReadyKind) -> str | tuple[str, ...] | float | None:
+    if kind == "exec":
+        return section.command("exec", required=True)
+    if kind == "after":
+        return section.duration("after", required=True)
+    text = section.string(kind, required=True)
+    if text is None:
+        return None
+    if kind in ("socket", "file"):
+        if not text or "\0" in text:
+            section.error(kind, "expected a path")
+            return None
+        return text
+    if kind == "tcp":
+        try:
+            parse_tcp_address(text)
+        except ValueError as exc:
+            section.error(kind, str(exc))
+            return None
+        return text
+    return _http_url(section, text)
+
+
+def parse_tcp_address(text: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` to (host, port); ValueError says what is wrong."""
+    host, sep, port_text = text.rpartition(":")
+    usage = f"expected host:port such as 127.0.0.1:8080 or [::1]:8080, got {text!r}"
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError(usage)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(usage) from None
+    elif ":" in host or any(c.isspace() for c in host):
+        raise ValueError(usage)
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range 1-65535")
+    return host, port
+
+
+def _http_url(section: Settings, text: str) -> str | None:
+    try:
+        url = urllib.parse.urlsplit(text)
+        url.port  # noqa: B018 - raises ValueError for an invalid port
+    except ValueError as exc:
+        section.error("http", f"invalid URL {text!r}: {exc}")
+        return None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        section.error(
+            "http",
+            "expected an http:// or https:// URL such as http://127.0.0.1:8080/healthz, "
+            f"got {text!r}",
+        )
+        return None
+    return text

@@ -1,0 +1,189 @@
+"""The plan that ``supervisor check`` prints: start order, shutdown steps, hooks.
+
+Meant to be read at a glance: one line per step, a worst-case time window per
+stop step, and the hooks that run in each phase.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+
+from .. import _deadline
+from .._units import format_duration, signal_name
+from ._model import Config, ProcessSpec, ReadyCheck
+from ._order import start_levels, stop_levels
+
+__all__ = ["describe_ready", "render_plan"]
+
+_LABEL_WIDTH = 26
+_PER_PROCESS = ("before_process_stop", "after_process_stop")
+_PLACED = {"startup", "background", "shutdown_started", "pre_stop", "post_stop", *_PER_PROCESS}
+
+
+def render_plan(config: Config, hooks: Mapping[str, Sequence[str]]) -> str:
+    """The start and shutdown plan of a valid ``config``, as text.
+
+    ``hooks`` maps a phase (``pre_stop``, ``post_stop``,
+    ``before_process_stop:libvirtd``; a per-process phase without a name
+    applies to every process) to the plugins implementing it, in call order.
+    """
+    phases = _normalize(hooks)
+    lines = [
+        f"Configuration {config.path} is valid." if config.path else "Configuration is valid.",
+        "",
+    ]
+    lines += _start_section(config, phases)
+    lines.append("")
+    lines += _shutdown_section(config, phases)
+    others = sorted(phase for phase in phases if phase.partition(":")[0] not in _PLACED)
+    if others:
+        lines += ["", "Other hooks"]
+        lines += [_row(phase, ", ".join(phases[phase])) for phase in others]
+    return "\n".join(lines) + "\n"
+
+
+def _normalize(hooks: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    phases: dict[str, list[str]] = {}
+    for phase, plugins in hooks.items():
+        if plugins:
+            phases.setdefault(phase.removeprefix("supervisor_"), []).extend(plugins)
+    return phases
+
+
+def _row(
+    label: str, text: str, window: str = "", *, indent: int = 2, width: int = _LABEL_WIDTH
+) -> str:
+    line = f"{' ' * indent}{label:<{width - indent + 2}} {text}"
+    if window:
+        line = f"{line:<66} {window}"
+    return line.rstrip()
+
+
+def _start_section(config: Config, phases: dict[str, list[str]]) -> list[str]:
+    lines = ["Start order"]
+    if "startup" in phases:
+        lines.append(_row("startup hooks", ", ".join(phases["startup"])))
+    if not config.processes:
+        lines.append("  (no processes)")
+    needed = {dep for process in config.processes for dep in process.depends_on}
+    for number, level in enumerate(start_levels(config), start=1):
+        for process in level:
+            label = f"{number}. {process.name}" + (" (main)" if process.main else "")
+            lines.append(_row(label, _start_text(process, needed=process.name in needed)))
+    if "background" in phases:
+        lines.append(_row("background hooks", ", ".join(phases["background"])))
+    return lines
+
+
+def _start_text(process: ProcessSpec, *, needed: bool) -> str:
+    parts = []
+    if process.depends_on:
+        parts.append("after " + ", ".join(process.depends_on))
+    if process.ready:
+        parts.append(describe_ready(process.ready))
+    elif needed:
+        parts.append("ready once started")
+    elif not process.depends_on:
+        parts.append("started first")
+    if process.restart != "never":
+        backoff = process.backoff
+        window = format_duration(backoff.window)
+        parts.append(f"restart {process.restart} (at most {backoff.max_restarts} in {window})")
+    return "; ".join(parts)
+
+
+def describe_ready(check: ReadyCheck) -> str:
+    """``ready when socket /run/x.sock exists (within 60s)`` and the like."""
+    target = check.target
+    if check.kind == "after":
+        assert isinstance(target, float)
+        return f"ready {format_duration(target)} after start"
+    if check.kind == "exec":
+        assert isinstance(target, tuple)
+        what = f"`{shlex.join(target)}` exits 0"
+    elif check.kind == "socket":
+        what = f"socket {target} exists"
+    elif check.kind == "file":
+        what = f"file {target} exists"
+    elif check.kind == "tcp":
+        what = f"{target} accepts TCP connections"
+    else:
+        what = f"GET {target} answers 2xx"
+    return f"ready when {what} (within {format_duration(check.timeout)})"
+
+
+def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]:
+    grace = config.grace_period
+    reserve = min(_deadline._RESERVE_MAX, grace * _deadline._RESERVE_FRACTION)
+    g = format_duration(grace)
+    lines = [
+        f"Shutdown plan (grace period {g}; SIGKILL escalation at {g}; "
+        f"hooks end {format_duration(reserve)} before it)"
+    ]
+    if "shutdown_started" in phases:
+        lines.append(_row("shutdown_started", ", ".join(phases["shutdown_started"]), "[0s]"))
+    draining = "pre_stop" in phases
+    start = "D" if draining else ""
+    if draining:
+        lines.append(_row("pre_stop", ", ".join(phases["pre_stop"]), "[0s – D: until drained]"))
+    offset = 0.0
+    levels = stop_levels(config)
+    for number, level in enumerate(levels, start=1):
+        longest = 0.0
+        for process in level:
+            end_text, overrun = _stop_end(process, offset, grace, draining)
+            window = f"[{_at(start, offset)} – {end_text}]" + (
+                "  exceeds the grace period" if overrun else ""
+            )
+            lines.append(_row(f"{number}. stop {process.name}", _stop_text(process), window))
+            for phase in _PER_PROCESS:
+                plugins = [*phases.get(phase, []), *phases.get(f"{phase}:{process.name}", [])]
+                if plugins:
+                    lines.append(_row(phase, ", ".join(plugins), indent=5))
+            longest = max(longest, process.stop_timeout or 0.0)
+        offset += longest
+    if not levels:
+        lines.append("  (no processes to stop)")
+    lines.append(_row("post_stop", ", ".join(phases.get("post_stop", [])) or "-"))
+    lines.append(_summary(offset, grace, reserve, draining))
+    return lines
+
+
+def _at(start: str, offset: float) -> str:
+    if not start:
+        return format_duration(offset)
+    return start if offset == 0 else f"{start}+{format_duration(offset)}"
+
+
+def _stop_end(
+    process: ProcessSpec, offset: float, grace: float, draining: bool
+) -> tuple[str, bool]:
+    if process.stop_timeout is None:
+        return format_duration(grace), (not draining and offset > grace)
+    end = offset + process.stop_timeout
+    return _at("D" if draining else "", end), (not draining and end > grace)
+
+
+def _stop_text(process: ProcessSpec) -> str:
+    how = signal_name(process.stop_signal)
+    if process.stop_timeout is None:
+        return f"{how}, until the deadline"
+    return f"{how}, up to {format_duration(process.stop_timeout)}"
+
+
+def _summary(claimed: float, grace: float, reserve: float, draining: bool) -> str:
+    if not claimed:
+        return (
+            "  Stop timeouts claim nothing: each stop may use whatever is left of the grace period."
+        )
+    left = grace - claimed
+    if left < 0:
+        return (
+            f"  Stop timeouts claim {format_duration(claimed)}, "
+            f"{format_duration(-left)} more than the grace period."
+        )
+    text = f"  Stop timeouts claim at most {format_duration(claimed)} of {format_duration(grace)}"
+    if draining:
+        return text + f"; pre_stop fits them all if D <= {format_duration(left)}."
+    return text + f"; {format_duration(left)} to spare."

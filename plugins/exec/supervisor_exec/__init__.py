@@ -1,0 +1,114 @@
+"""The ``exec`` plugin: run commands in any phase, with a timeout.
+
+::
+
+    plugins:
+      exec:
+        commands:
+          - phase: pre_stop
+            command: ["nginx", "-s", "quit"]
+            timeout: 10s
+          - phase: after_process_stop
+            process: web
+            command: rm -f /run/web.pid
+
+Commands of one phase run concurrently.  Each one's output (stdout and
+stderr, merged) goes to the supervisor's log, one record per line, prefixed
+with the command's name.  A non-zero exit or a timeout is logged and recorded
+in the shutdown timeline; it never stops the shutdown.
+
+Besides its own ``env``, every command sees ``SUPERVISOR_PHASE``, and where
+they apply ``SUPERVISOR_PROCESS``, ``SUPERVISOR_EXIT_CODE`` (after_process_stop)
+and ``SUPERVISOR_TIME_LEFT`` (seconds the shutdown deadline leaves for hooks).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import trio
+
+from supervisor import Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
+
+from ._run import Result, run_command
+from ._spec import PHASES, Command, ExecSettings, parse
+
+__all__ = ["PHASES", "Command", "ExecSettings", "Result", "run_phase"]
+
+
+@hookimpl
+def supervisor_configure(settings: Settings, config: Config) -> ExecSettings:
+    return parse(settings, config)
+
+
+@hookimpl
+async def supervisor_startup(ctx: Context) -> None:
+    await run_phase(ctx, "startup", None)
+
+
+@hookimpl
+async def supervisor_shutdown_started(ctx: Context, deadline: Deadline) -> None:
+    await run_phase(ctx, "shutdown_started", deadline)
+
+
+@hookimpl
+async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
+    await run_phase(ctx, "pre_stop", deadline)
+
+
+@hookimpl
+async def supervisor_before_process_stop(
+    ctx: Context, deadline: Deadline, process: ProcessInfo
+) -> None:
+    await run_phase(ctx, "before_process_stop", deadline, process)
+
+
+@hookimpl
+async def supervisor_after_process_stop(
+    ctx: Context, deadline: Deadline, process: ProcessInfo, status: ExitStatus
+) -> None:
+    await run_phase(ctx, "after_process_stop", deadline, process, status)
+
+
+@hookimpl
+async def supervisor_post_stop(ctx: Context, deadline: Deadline) -> None:
+    await run_phase(ctx, "post_stop", deadline)
+
+
+async def run_phase(
+    ctx: Context,
+    phase: str,
+    deadline: Deadline | None,
+    process: ProcessInfo | None = None,
+    status: ExitStatus | None = None,
+) -> list[Result]:
+    """Run the commands of ``phase`` concurrently; return their results in order."""
+    settings = ctx.settings
+    if not isinstance(settings, ExecSettings):
+        raise TypeError(f"unexpected settings for the exec plugin: {settings!r}")
+    commands = settings.select(phase, process.name if process else None)
+    env = {"SUPERVISOR_PHASE": phase}
+    if process is not None:
+        env["SUPERVISOR_PROCESS"] = process.name
+    if status is not None:
+        env["SUPERVISOR_EXIT_CODE"] = str(status.exit_code)
+    if deadline is not None:
+        env["SUPERVISOR_TIME_LEFT"] = f"{deadline.remaining_for_hooks():.3f}"
+    results: list[Result | None] = [None] * len(commands)
+
+    async def run_one(index: int, command: Command, output: trio.Nursery) -> None:
+        results[index] = await run_command(command, ctx, env=env, deadline=deadline, output=output)
+
+    async def run_all() -> None:
+        async with trio.open_nursery() as nursery:
+            for index, command in enumerate(commands):
+                nursery.start_soon(partial(run_one, index, command, nursery))
+
+    if deadline is None:
+        await run_all()
+    else:
+        # The host runs hooks under the deadline too; the plugin must not
+        # depend on it to stay inside the budget.
+        with deadline.scope():
+            await run_all()
+    return [r for r in results if r is not None]

@@ -1,0 +1,113 @@
+"""The exec plugin's settings: a list of commands, each bound to a phase."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from supervisor import Config, Settings
+
+__all__ = ["PHASES", "PROCESS_PHASES", "Command", "ExecSettings", "parse"]
+
+PHASES = (
+    "startup",
+    "shutdown_started",
+    "pre_stop",
+    "before_process_stop",
+    "after_process_stop",
+    "post_stop",
+)
+PROCESS_PHASES = frozenset({"before_process_stop", "after_process_stop"})
+
+_KEYS = ("phase", "process", "command", "name", "timeout", "kill_after", "env", "cwd")
+# After its timeout a command gets SIGTERM, then SIGKILL this much later:
+# long enough for a shell script's trap to clean up, short against a grace period.
+_DEFAULT_KILL_AFTER = 2.0
+_NAME_WIDTH = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One command to run; ``timeout`` None means "as long as the phase allows"."""
+
+    phase: str
+    argv: tuple[str, ...]
+    name: str
+    process: str | None = None
+    timeout: float | None = None
+    kill_after: float = _DEFAULT_KILL_AFTER
+    env: Mapping[str, str] = MappingProxyType({})
+    cwd: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecSettings:
+    commands: tuple[Command, ...]
+
+    def select(self, phase: str, process: str | None = None) -> list[Command]:
+        """The commands of ``phase`` (and, for per-process phases, of ``process``)."""
+        return [c for c in self.commands if c.phase == phase and c.process == process]
+
+
+def parse(settings: Settings, config: Config) -> ExecSettings:
+    """Read ``plugins.exec``; every problem is recorded on ``settings``."""
+    settings.check_keys(["commands"])
+    if "commands" not in settings:
+        settings.error(None, "missing required key 'commands' (a list of commands to run)")
+    known = [p.name for p in config.processes]
+    commands = []
+    for entry in settings.sections("commands"):
+        command = _parse_command(entry, known)
+        if command is not None:
+            commands.append(command)
+    return ExecSettings(tuple(commands))
+
+
+def _parse_command(entry: Settings, known_processes: list[str]) -> Command | None:
+    entry.check_keys(_KEYS)
+    phase = entry.string("phase", required=True, choices=PHASES)
+    argv = entry.command("command", required=True)
+    process = _parse_process(entry, phase, known_processes)
+    timeout = entry.duration("timeout")
+    kill_after = entry.duration("kill_after", _DEFAULT_KILL_AFTER)
+    env = entry.mapping("env")
+    cwd = entry.string("cwd")
+    name = entry.string("name")
+    if phase is None or not argv:
+        return None
+    return Command(
+        phase=phase,
+        argv=argv,
+        name=name or _short(shlex.join(argv)),
+        process=process,
+        timeout=timeout,
+        kill_after=kill_after,
+        env=MappingProxyType(dict(env)),
+        cwd=cwd,
+    )
+
+
+def _parse_process(entry: Settings, phase: str | None, known: list[str]) -> str | None:
+    process = entry.string("process")
+    if phase in PROCESS_PHASES:
+        if process is None:
+            entry.error(None, f"phase {phase} needs 'process': the name of a process")
+        elif process not in known:
+            entry.error("process", f"unknown process {process!r}{_among(known)}")
+    elif process is not None and phase is not None:
+        entry.error(
+            "process",
+            f"only before_process_stop and after_process_stop "
+            f"commands belong to a process, not {phase}",
+        )
+    return process
+
+
+def _among(known: list[str]) -> str:
+    return f" (processes: {', '.join(known)})" if known else " (no processes are configured)"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _NAME_WIDTH else text[: _NAME_WIDTH - 3] + "..."

@@ -1,0 +1,103 @@
+"""The ``http`` plugin: request a URL in any phase and wait for the expected status.
+
+::
+
+    plugins:
+      http:
+        requests:
+          - phase: pre_stop
+            url: http://127.0.0.1:8080/drain
+            method: POST
+            timeout: 10s
+            retry_interval: 500ms
+            expect: [200, 202]
+
+A request is retried (connection refused, an unexpected status, no answer
+within ``attempt_timeout``) every ``retry_interval`` until its status is one
+of ``expect`` (default ``2xx``) or ``timeout`` ends; without a ``timeout`` it
+goes on as long as the phase allows.  Requests of one phase run concurrently.
+The outcome is logged and recorded in the shutdown timeline; a failure never
+stops the shutdown.  Redirects are not followed: a 3xx is a status like any
+other.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import trio
+
+from supervisor import Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
+
+from ._request import Result, perform
+from ._spec import PHASES, Expect, HttpSettings, Request, parse
+
+__all__ = ["PHASES", "Expect", "HttpSettings", "Request", "Result", "run_phase"]
+
+
+@hookimpl
+def supervisor_configure(settings: Settings, config: Config) -> HttpSettings:
+    return parse(settings, config)
+
+
+@hookimpl
+async def supervisor_startup(ctx: Context) -> None:
+    await run_phase(ctx, "startup", None)
+
+
+@hookimpl
+async def supervisor_shutdown_started(ctx: Context, deadline: Deadline) -> None:
+    await run_phase(ctx, "shutdown_started", deadline)
+
+
+@hookimpl
+async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
+    await run_phase(ctx, "pre_stop", deadline)
+
+
+@hookimpl
+async def supervisor_before_process_stop(
+    ctx: Context, deadline: Deadline, process: ProcessInfo
+) -> None:
+    await run_phase(ctx, "before_process_stop", deadline, process)
+
+
+@hookimpl
+async def supervisor_after_process_stop(
+    ctx: Context, deadline: Deadline, process: ProcessInfo, status: ExitStatus
+) -> None:
+    await run_phase(ctx, "after_process_stop", deadline, process)
+
+
+@hookimpl
+async def supervisor_post_stop(ctx: Context, deadline: Deadline) -> None:
+    await run_phase(ctx, "post_stop", deadline)
+
+
+async def run_phase(
+    ctx: Context, phase: str, deadline: Deadline | None, process: ProcessInfo | None = None
+) -> list[Result]:
+    """Make the requests of ``phase`` concurrently; return their results in order.
+
+    A request that would overrun the shutdown ``deadline`` is cancelled.
+    """
+    settings = ctx.settings
+    if not isinstance(settings, HttpSettings):
+        raise TypeError(f"unexpected settings for the http plugin: {settings!r}")
+    requests = settings.select(phase, process.name if process else None)
+    results: list[Result | None] = [None] * len(requests)
+
+    async def run_one(index: int, request: Request) -> None:
+        results[index] = await perform(request, ctx)
+
+    async def run_all() -> None:
+        async with trio.open_nursery() as nursery:
+            for index, request in enumerate(requests):
+                nursery.start_soon(partial(run_one, index, request))
+
+    if deadline is None:
+        await run_all()
+    else:
+        with deadline.scope():
+            await run_all()
+    return [r for r in results if r is not None]

@@ -1,0 +1,225 @@
+"""The http plugin's settings: a list of requests, each bound to a phase."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from supervisor import Config, Settings
+
+__all__ = ["PHASES", "PROCESS_PHASES", "Expect", "HttpSettings", "Request", "parse"]
+
+PHASES = (
+    "startup",
+    "shutdown_started",
+    "pre_stop",
+    "before_process_stop",
+    "after_process_stop",
+    "post_stop",
+)
+PROCESS_PHASES = frozenset({"before_process_stop", "after_process_stop"})
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+_KEYS = (
+    "phase",
+    "process",
+    "url",
+    "method",
+    "body",
+    "json",
+    "headers",
+    "timeout",
+    "attempt_timeout",
+    "retry_interval",
+    "expect",
+    "tls_verify",
+    "name",
+)
+_STATUS_CLASS = re.compile(r"^[1-5]xx$", re.IGNORECASE)
+_USER_AGENT = "pid1-supervisor-http"
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """Accepted statuses, as inclusive ranges: ``2xx`` is (200, 299)."""
+
+    ranges: tuple[tuple[int, int], ...] = ((200, 299),)
+
+    def __contains__(self, status: int) -> bool:
+        return any(low <= status <= high for low, high in self.ranges)
+
+    def __str__(self) -> str:
+        return ", ".join(
+            f"{low // 100}xx" if high - low == 99 else str(low) for low, high in self.ranges
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request, retried until its status is in ``expect`` or ``timeout``
+    (None: as long as the phase allows) runs out."""
+
+    phase: str
+    name: str
+    method: str
+    url: str
+    body: bytes | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    process: str | None = None
+    timeout: float | None = None
+    attempt_timeout: float = 5.0
+    retry_interval: float = 1.0
+    expect: Expect = Expect()
+    tls_verify: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    requests: tuple[Request, ...]
+
+    def select(self, phase: str, process: str | None = None) -> list[Request]:
+        """The requests of ``phase`` (and, for per-process phases, of ``process``)."""
+        return [r for r in self.requests if r.phase == phase and r.process == process]
+
+
+def parse(settings: Settings, config: Config) -> HttpSettings:
+    """Read ``plugins.http``; every problem is recorded on ``settings``."""
+    settings.check_keys(["requests"])
+    if "requests" not in settings:
+        settings.error(None, "missing required key 'requests' (a list of requests to make)")
+    known = [p.name for p in config.processes]
+    requests = []
+    for entry in settings.sections("requests"):
+        request = _parse_request(entry, known)
+        if request is not None:
+            requests.append(request)
+    return HttpSettings(tuple(requests))
+
+
+def _parse_request(entry: Settings, known_processes: list[str]) -> Request | None:
+    entry.check_keys(_KEYS)
+    phase = entry.string("phase", required=True, choices=PHASES)
+    process = _parse_process(entry, phase, known_processes)
+    url = _parse_url(entry)
+    method = (entry.string("method") or "").upper() or ("POST" if _has_body(entry) else "GET")
+    if method not in METHODS:
+        entry.error("method", f"unknown method {method!r} (use one of {', '.join(METHODS)})")
+    headers = dict(entry.mapping("headers"))
+    body = _parse_body(entry, headers)
+    headers.setdefault("User-Agent", _USER_AGENT)
+    if url is not None:
+        headers.update(_basic_auth(url, headers))
+    timeout = entry.duration("timeout")
+    attempt_timeout = entry.duration("attempt_timeout", 5.0)
+    retry_interval = entry.duration("retry_interval", 1.0)
+    expect = _parse_expect(entry)
+    tls_verify = entry.boolean("tls_verify", True)
+    name = entry.string("name")
+    if phase is None or url is None:
+        return None
+    return Request(
+        phase=phase,
+        name=name or f"{method} {_redacted(url)}",
+        method=method,
+        url=url,
+        body=body,
+        headers=tuple(headers.items()),
+        process=process,
+        timeout=timeout,
+        attempt_timeout=attempt_timeout,
+        retry_interval=retry_interval,
+        expect=expect,
+        tls_verify=tls_verify,
+    )
+
+
+def _parse_process(entry: Settings, phase: str | None, known: list[str]) -> str | None:
+    process = entry.string("process")
+    if phase in PROCESS_PHASES:
+        if process is None:
+            entry.error(None, f"phase {phase} needs 'process': the name of a process")
+        elif process not in known:
+            entry.error("process", f"unknown process {process!r}{_among(known)}")
+    elif process is not None and phase is not None:
+        entry.error(
+            "process",
+            f"only before_process_stop and after_process_stop "
+            f"requests belong to a process, not {phase}",
+        )
+    return process
+
+
+def _among(known: list[str]) -> str:
+    return f" (processes: {', '.join(known)})" if known else " (no processes are configured)"
+
+
+def _parse_url(entry: Settings) -> str | None:
+    url = entry.string("url", required=True)
+    if url is None:
+        return None
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port out of range
+    except ValueError as exc:
+        entry.error("url", f"invalid URL {url!r}: {exc}")
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        entry.error("url", f"invalid URL {url!r}: use http://HOST[:PORT]/PATH or https://...")
+        return None
+    return url
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password, for names that end up in the log."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+
+
+def _has_body(entry: Settings) -> bool:
+    return "body" in entry or "json" in entry
+
+
+def _parse_body(entry: Settings, headers: dict[str, str]) -> bytes | None:
+    if "body" in entry and "json" in entry:
+        entry.error("json", "give either 'body' or 'json', not both")
+        return None
+    if "json" in entry:
+        if not any(k.lower() == "content-type" for k in headers):
+            headers["Content-Type"] = "application/json"
+        return json.dumps(entry.raw("json")).encode()
+    body = entry.string("body")
+    return None if body is None else body.encode()
+
+
+def _basic_auth(url: str, headers: dict[str, str]) -> dict[str, str]:
+    """``http://user:password@host/`` becomes an Authorization header, as in curl."""
+    parts = urlsplit(url)
+    if parts.username is None or any(k.lower() == "authorization" for k in headers):
+        return {}
+    credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return {"Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()}
+
+
+def _parse_expect(entry: Settings) -> Expect:
+    raw = entry.raw("expect", "2xx")
+    items = raw if isinstance(raw, list) else [raw]
+    ranges = []
+    for item in items:
+        if isinstance(item, int) and not isinstance(item, bool) and 100 <= item <= 599:
+            ranges.append((item, item))
+        elif isinstance(item, str) and item.strip().isdigit() and 100 <= int(item) <= 599:
+            ranges.append((int(item), int(item)))
+        elif isinstance(item, str) and _STATUS_CLASS.match(item.strip()):
+            low = int(item.strip()[0]) * 100
+            ranges.append((low, low + 99))
+        else:
+            entry.error(
+                "expect",
+                f"invalid status {item!r}: use a code (200), a class (2xx) or a list of them",
+            )
+    return Expect(tuple(ranges)) if ranges else Expect()

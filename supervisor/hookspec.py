@@ -35,7 +35,7 @@ How hooks run
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ._context import Context, ProcessInfo
     from ._deadline import Deadline
     from ._status import ExitStatus
-    from .config import Settings
+    from .config import Config, Settings
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 
@@ -58,11 +58,11 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def supervisor_configure(settings: Settings) -> object:
+def supervisor_configure(settings: Settings, config: Config) -> object:
     """Validate this plugin's section of ``plugins:`` and return what it needs.
 
     Called once, synchronously, for each enabled plugin, with its own
-    section.  Read values through ``settings`` (``settings.duration("delay",
+    section and the whole validated ``config`` (to check process names).  Read values through ``settings`` (``settings.duration("delay",
     default=5.0)``, ``settings.string(...)``, ``settings.section(...)``...):
     they check types and record each problem at its ``FILE:LINE:COLUMN``.
     Call ``settings.error(key, message)`` for checks of your own and
@@ -76,7 +76,7 @@ def supervisor_configure(settings: Settings) -> object:
 
 
 @hookspec
-def supervisor_add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def supervisor_add_commands(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add subcommands to the ``supervisor`` CLI (for operators' tools).
 
     Called for every installed plugin, enabled or not.  Give each parser a

@@ -1,0 +1,50 @@
+"""The orchestrator's first moments: catch signals before trio is imported.
+
+The init layer forks the orchestrator with every signal blocked.  Here,
+before the heavy imports, recording handlers go in and the mask is cleared,
+so a SIGTERM that was queued during start-up lands in ``pending`` and is
+replayed into trio's signal receiver once it exists.  Stdlib only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from types import FrameType
+
+from ._units import FORWARDABLE_SIGNALS
+
+__all__ = ["EarlySignals"]
+
+
+class EarlySignals:
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+
+    @classmethod
+    def install(cls, parent_pid: int) -> EarlySignals:
+        early = cls()
+        for signo in FORWARDABLE_SIGNALS:
+            signal.signal(signo, early._record)
+        # If the init layer is SIGKILLed (possible only when it is not PID 1),
+        # the kernel tells us with SIGTERM and we shut our processes down
+        # instead of leaving them running.  The init layer is single-threaded,
+        # so the "parent thread exited" caveat of PDEATHSIG does not apply.
+        with contextlib.suppress(ImportError, OSError):
+            import os
+
+            import prctl
+
+            prctl.set_pdeathsig(signal.SIGTERM)
+            if os.getppid() != parent_pid:  # it died before we asked
+                early.pending.append(signal.SIGTERM)
+        # Children inherit the mask through fork and exec; start them clean.
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        return early
+
+    def _record(self, signo: int, _frame: FrameType | None) -> None:
+        self.pending.append(signo)
+
+    def take(self) -> list[int]:
+        taken, self.pending = self.pending, []
+        return taken

@@ -1,0 +1,299 @@
+"""The orchestrator: the trio program that runs a deployment.
+
+Start processes in dependency order (each level after the previous one is
+ready), run background hooks, wait for a trigger — SIGTERM/SIGINT, the main
+process exiting, a process failing for good — then execute the shutdown plan
+and return the exit code.  Signals arrive from the init layer; everything
+else forwardable goes on to the main process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ._deadline import Deadline
+from ._log import LogSettings, configure_logging
+from ._plan import ShutdownPlan
+from ._status import ExitStatus
+from ._timeline import Timeline
+from ._units import FORWARDABLE_SIGNALS, format_duration, signal_name
+from .config import Config, start_levels
+from .runtime import SupervisedProcess
+
+if TYPE_CHECKING:
+    from ._early import EarlySignals
+    from ._pluginhost import PluginHost
+    from .cli import RunOptions
+
+__all__ = ["EXIT_PROCESS_FAILED", "Orchestrator", "run_orchestrator"]
+
+log = logging.getLogger("supervisor")
+
+# A supervised process failed for good (crash loop, never ready) and brought
+# the container down: EX_SOFTWARE from sysexits.h, distinct from anything a
+# signal death (128+N) or a usage error (2) produces.
+EXIT_PROCESS_FAILED = 70
+_SHUTDOWN_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def run_orchestrator(
+    config: Config,
+    options: RunOptions,
+    host: PluginHost,
+    *,
+    early: EarlySignals,
+    status_fd: int | None = None,
+    inherited_fds: tuple[int, ...] = (),
+) -> int:
+    configure_logging(LogSettings(config.log_format, config.log_level))
+    status = _StatusPipe(status_fd)
+    status.send(f"log {config.log_format} {config.log_level}")
+    orchestrator = Orchestrator(config, options, host, early=early, inherited_fds=inherited_fds)
+    code = trio.run(orchestrator.run)
+    status.send(f"deadline {orchestrator.sweep_seconds:.3f}")
+    return code
+
+
+class _StatusPipe:
+    """Lines to the init layer (see supervisor/_init.py)."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+
+    def send(self, line: str) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.fd, (line + "\n").encode())
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        config: Config,
+        options: RunOptions,
+        host: PluginHost,
+        *,
+        early: EarlySignals | None = None,
+        inherited_fds: tuple[int, ...] = (),
+    ) -> None:
+        self.config = config
+        self.options = options
+        self.host = host
+        self.early = early
+        self.processes = {
+            spec.name: SupervisedProcess(spec, self, inherited_fds=inherited_fds) for spec in config.processes
+        }
+        self.levels = [[self.processes[spec.name] for spec in level] for level in start_levels(config)]
+        self.main = next((p for p in self.processes.values() if p.spec.main), None)
+        self.main_exited = trio.Event()
+        self.shutdown_requested = trio.Event()
+        self.shutdown_reason = ""
+        self.main_stop_signal: int | None = None
+        self.deadline: Deadline | None = None
+        self.failure: str | None = None
+        self.timeline: Timeline | None = None
+        self._events_nursery: trio.Nursery | None = None
+        self.sweep_seconds = 0.0
+
+    # -- the program ----------------------------------------------------------
+
+    async def run(self) -> int:
+        self.timeline = Timeline()
+        self.host.bind(self.config, self.processes, self.timeline, self.main_exited)
+        async with trio.open_nursery() as root:
+            self._events_nursery = root
+            with trio.open_signal_receiver(*FORWARDABLE_SIGNALS) as signals:
+                # Signals that arrived while we were importing.
+                for signo in self.early.take() if self.early else ():
+                    self._on_signal(signo)
+                root.start_soon(self._receive_signals, signals)
+                async with trio.open_nursery() as supervised:
+                    await self._start_up(supervised)
+                    background = trio.CancelScope()
+                    root.start_soon(self._run_background, background)
+                    await self.shutdown_requested.wait()
+                    background.cancel()
+                    await self._shut_down()
+                    # Every process has exited (or was killed and reaped).
+                    supervised.cancel_scope.cancel()
+            root.cancel_scope.cancel()
+        # What the init layer may give leftover processes (read after trio.run).
+        self.sweep_seconds = self.deadline.remaining() if self.deadline else 0.0
+        return self._exit_code()
+
+    async def _start_up(self, supervised: trio.Nursery) -> None:
+        with trio.CancelScope() as scope:
+            watch = _cancel_on(self.shutdown_requested, scope)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                await self.host.call("supervisor_startup")
+                for level in self.levels:
+                    if not await self._start_level(supervised, level):
+                        break
+                nursery.cancel_scope.cancel()
+        if scope.cancelled_caught:
+            log.info("start-up interrupted by %s", self.shutdown_reason)
+
+    async def _start_level(self, supervised: trio.Nursery, level: list[SupervisedProcess]) -> bool:
+        for process in level:
+            # Shielded: once asked to spawn, a process is always registered
+            # with its supervising task, or nobody would ever reap it.
+            with trio.CancelScope(shield=True):
+                await supervised.start(process.supervise)
+        problems: dict[str, str] = {}
+        async with trio.open_nursery() as nursery:
+            for process in level:
+
+                async def check(process: SupervisedProcess = process) -> None:
+                    reason = await process.wait_ready()
+                    if reason:
+                        problems[process.name] = reason
+
+                nursery.start_soon(check)
+        for name, reason in problems.items():
+            if self.processes[name].spec.main:
+                continue  # the main process's own exit decides the outcome
+            self._fail(f"start-up failed: {name} {reason}")
+        return not problems
+
+    async def _run_background(self, scope: trio.CancelScope) -> None:
+        with scope:
+            await self.host.call("supervisor_background")
+
+    async def _shut_down(self) -> None:
+        assert self.deadline is not None and self.timeline is not None
+        plan = ShutdownPlan(self.host, self.levels, self.timeline, self.main_exited)
+        self.timeline.origin = self.deadline.started
+        await plan.run(self.deadline, self.shutdown_reason, self.main_stop_signal)
+        self._log_timeline()
+
+    # -- triggers -------------------------------------------------------------
+
+    def request_shutdown(self, reason: str, main_stop_signal: int | None = None) -> None:
+        if self.shutdown_requested.is_set():
+            return
+        self.shutdown_reason = reason
+        self.main_stop_signal = main_stop_signal
+        self.deadline = Deadline(self.config.grace_period)
+        log.info(
+            "shutting down: %s (grace period %s)", reason, format_duration(self.config.grace_period)
+        )
+        self.shutdown_requested.set()
+
+    async def _receive_signals(self, signals: AsyncIterator[int]) -> None:
+        async for signo in signals:
+            self._on_signal(signo)
+
+    def _on_signal(self, signo: int) -> None:
+        target = self.options.rewrite.get(signo, signo)
+        if signo in _SHUTDOWN_SIGNALS:
+            if self.shutdown_requested.is_set():
+                log.warning("received %s again: escalating to SIGKILL now", signal_name(signo))
+                if self.deadline is not None:
+                    self.deadline.expire(f"second {signal_name(signo)}")
+                return
+            if target == 0:
+                log.info("received %s: dropped (--rewrite)", signal_name(signo))
+                return
+            self.request_shutdown(f"received {signal_name(signo)}", main_stop_signal=target)
+            return
+        if target == 0:
+            log.info("received %s: dropped (--rewrite)", signal_name(signo))
+            return
+        self._forward(signo, target)
+
+    def _forward(self, received: int, target: int) -> None:
+        recipients = [self.main] if self.main else list(self.processes.values())
+        rewritten = f" as {signal_name(target)}" if target != received else ""
+        for process in recipients:
+            delivered = process.send_signal(target, group=self.options.process_group)
+            where = "process group of " if self.options.process_group else ""
+            if delivered:
+                log.info(
+                    "forwarded %s%s to %s%s (pid %s)",
+                    signal_name(received),
+                    rewritten,
+                    where,
+                    process.name,
+                    process.pid,
+                )
+            else:
+                log.info("received %s: %s is not running, not forwarded", signal_name(received), process.name)
+
+    # -- ProcessEvents ----------------------------------------------------------
+
+    def process_started(self, process: SupervisedProcess) -> None:
+        self._fire("supervisor_process_started", process=process)
+
+    def process_exited(self, process: SupervisedProcess, status: ExitStatus, will_restart: bool) -> None:
+        self._fire("supervisor_process_exited", process=process, status=status)
+        if process.spec.main and not will_restart and not process.stopping:
+            self.main_exited.set()
+            self.request_shutdown(f"main process {process.name} {status}")
+        elif process.spec.main and not will_restart:
+            self.main_exited.set()
+
+    def process_restarted(self, process: SupervisedProcess, attempt: int) -> None:
+        self._fire("supervisor_process_restarted", process=process, attempt=attempt)
+
+    def process_failed(self, process: SupervisedProcess, reason: str) -> None:
+        if process.spec.main:
+            log.error("main process %s failed: %s", process.name, reason)
+            self.main_exited.set()
+            self.request_shutdown(f"main process {process.name} failed")
+            return
+        if process.spec.on_failure == "ignore":
+            log.error("%s failed: %s; leaving it failed (on_failure: ignore)", process.name, reason)
+            return
+        self._fail(f"{process.name} failed: {reason}")
+
+    def _fail(self, reason: str) -> None:
+        log.error("%s; shutting down (on_failure: shutdown)", reason)
+        if self.failure is None:
+            self.failure = reason
+        self.request_shutdown(reason)
+
+    def _fire(self, hook: str, **kwargs: object) -> None:
+        if self._events_nursery is not None:
+            self.host.start_soon(self._events_nursery, hook, **kwargs)
+
+    # -- the end ------------------------------------------------------------------
+
+    def _exit_code(self) -> int:
+        if self.failure is not None:
+            log.error("exit status %d: %s", EXIT_PROCESS_FAILED, self.failure)
+            return EXIT_PROCESS_FAILED
+        if self.main is None:
+            return 0
+        status = self.main.status
+        code = status.exit_code if status is not None else EXIT_PROCESS_FAILED
+        log.info("exiting with status %d (main process %s %s)", code, self.main.name, status)
+        return code
+
+    def _log_timeline(self) -> None:
+        assert self.timeline is not None and self.deadline is not None
+        total = self.deadline.elapsed()
+        header = f"shutdown timeline ({self.shutdown_reason}; {total:.3f}s of {format_duration(self.deadline.budget)})"
+        if self.deadline.reasons:
+            header += f"; deadline changed: {', '.join(self.deadline.reasons)}"
+        if self.config.log_format == "json":
+            log.info(header, extra={"fields": {"timeline": self.timeline.as_json()}})
+            return
+        log.info(header)
+        for line in self.timeline.render():
+            log.info("  %s", line)
+
+
+def _cancel_on(event: trio.Event, scope: trio.CancelScope) -> Callable[[], Coroutine[Any, Any, None]]:
+    async def watch() -> None:
+        await event.wait()
+        scope.cancel()
+
+    return watch

@@ -1,0 +1,111 @@
+"""The shutdown plan: ordered phases against one deadline.
+
+1. ``shutdown_started`` hooks: learn the real deadline (briefly).
+2. ``pre_stop`` hooks, concurrently; cancelled if the main process exits.
+3. Processes, one dependency level at a time in reverse start order, a
+   level's processes concurrently: ``before_process_stop`` hooks → stop
+   signal → wait (stop_timeout, capped by the deadline) → SIGKILL →
+   ``after_process_stop`` hooks.
+4. ``post_stop`` hooks.
+
+The orchestrator then exits and the init layer sweeps survivors.  Every step
+is recorded in the timeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Sequence
+
+import trio
+
+from ._deadline import Deadline
+from ._pluginhost import PluginHost
+from ._timeline import Timeline
+from .runtime import SupervisedProcess
+
+__all__ = ["ShutdownPlan"]
+
+log = logging.getLogger("supervisor.plan")
+
+# shutdown_started hooks only read something (the pod, say); they must not
+# eat into the budget the later steps need.
+_SHUTDOWN_STARTED_LIMIT = 5.0
+
+
+class ShutdownPlan:
+    def __init__(
+        self,
+        host: PluginHost,
+        levels: Sequence[Sequence[SupervisedProcess]],
+        timeline: Timeline,
+        main_exited: trio.Event,
+    ) -> None:
+        self.host = host
+        self.levels = levels
+        self.timeline = timeline
+        self.main_exited = main_exited
+
+    async def run(self, deadline: Deadline, reason: str, main_stop_signal: int | None = None) -> None:
+        with trio.move_on_after(_SHUTDOWN_STARTED_LIMIT):
+            await self.host.call(
+                "supervisor_shutdown_started", deadline=deadline, phase="shutdown_started", reason=reason
+            )
+        await self._pre_stop(deadline)
+        for level in reversed(self.levels):
+            async with trio.open_nursery() as nursery:
+                for process in level:
+                    nursery.start_soon(self._stop_process, process, deadline, main_stop_signal)
+        await self.host.call("supervisor_post_stop", deadline=deadline, phase="post_stop")
+
+    async def _pre_stop(self, deadline: Deadline) -> None:
+        if not self.host.implementations("supervisor_pre_stop"):
+            return
+        if self.main_exited.is_set():
+            with self.timeline.step("pre_stop", "skipped") as step:
+                step.outcome = "skipped"
+                step.detail = "the main process has already exited: nothing left to drain"
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_when_main_exits() -> None:
+                await self.main_exited.wait()
+                log.info("main process exited: cancelling pre_stop hooks")
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(cancel_when_main_exits)
+            await self.host.call("supervisor_pre_stop", deadline=deadline, phase="pre_stop")
+            nursery.cancel_scope.cancel()
+
+    async def _stop_process(
+        self, process: SupervisedProcess, deadline: Deadline, main_stop_signal: int | None
+    ) -> None:
+        if process.running:
+            await self.host.call(
+                "supervisor_before_process_stop",
+                deadline=deadline,
+                phase="before_process_stop",
+                step_name=process.name,
+                process=process,
+            )
+        was_running = process.running
+        with self.timeline.step("stop", process.name) as step:
+            status = await process.stop(deadline, main_stop_signal if process.spec.main else None)
+            if not was_running:
+                step.outcome = "skipped"
+                step.detail = f"already {status}" if status else "never started"
+            elif status is not None and status.signal == signal.SIGKILL:
+                step.outcome = "killed"
+                step.detail = "did not exit in time: escalated to SIGKILL"
+            else:
+                step.detail = str(status)
+        if status is not None and process.ever_started:
+            await self.host.call(
+                "supervisor_after_process_stop",
+                deadline=deadline,
+                phase="after_process_stop",
+                step_name=process.name,
+                process=process,
+                status=status,
+            )

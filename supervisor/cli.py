@@ -1,0 +1,292 @@
+"""The command line: parse, pick a subcommand, turn user mistakes into one line.
+
+``supervisor [run] [OPTIONS] [-- COMMAND [ARG...]]`` runs (in the orchestrator
+process, forked by the init layer); ``check``, ``plugins``, ``--version``,
+``--help`` and plugin-provided subcommands run in-process.  Every usage or
+configuration error is one line on stderr and exit status 2, before anything
+is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, NoReturn
+
+from . import __version__
+from ._units import format_duration, parse_duration, parse_signal, signal_name
+
+if TYPE_CHECKING:
+    from ._early import EarlySignals
+    from ._pluginhost import PluginHost
+    from .config import Config
+
+__all__ = ["RunOptions", "main", "run_main"]
+
+USAGE_ERROR = 2
+PROG = "supervisor"
+
+
+class UsageError(Exception):
+    """A mistake on the command line; the message is the whole story."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    config_path: str | None = None
+    grace_period: float | None = None
+    rewrite: dict[int, int] = field(default_factory=dict)
+    process_group: bool = False
+    log_format: str | None = None
+    verbose: int = 0
+    command: tuple[str, ...] = ()
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line naming the bad value, not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _rewrite(text: str) -> tuple[int, int]:
+    source, sep, target = text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"invalid rewrite {text!r}: use FROM:TO, e.g. TERM:QUIT or 15:0")
+    try:
+        return parse_signal(source), parse_signal(target, allow_zero=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"invalid rewrite {text!r}: {exc}") from None
+
+
+def _run_parser() -> _Parser:
+    parser = _Parser(
+        prog=PROG,
+        usage=f"{PROG} [run] [OPTIONS] [-- COMMAND [ARG...]]\n       {PROG} check [-c FILE]\n"
+        f"       {PROG} plugins\n       {PROG} --version",
+        description="A PID 1 for containers: runs COMMAND and the processes of a YAML "
+        "configuration, reaps zombies, forwards signals, and turns SIGTERM into a graceful "
+        "shutdown plan that finishes inside the grace period.",
+        epilog="Exit status: the main process's exit code, 128+N if signal N killed it, "
+        "127 command not found, 126 not executable, 70 a supervised process failed, "
+        "2 usage or configuration error.",
+        add_help=False,
+    )
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    parser.add_argument("-V", "--version", action="store_true", help="print the version and exit")
+    parser.add_argument("-c", "--config", metavar="FILE", help="YAML configuration (env SUPERVISOR_CONFIG)")
+    parser.add_argument(
+        "--grace-period",
+        metavar="DURATION",
+        type=_duration,
+        help="the whole shutdown budget before SIGKILL (default 30s, or the file's grace_period); "
+        "30, 30s, 500ms, 1.5s, 2m",
+    )
+    parser.add_argument(
+        "--rewrite",
+        metavar="FROM:TO",
+        type=_rewrite,
+        action="append",
+        default=[],
+        help="deliver signal FROM to the main process as TO (names or numbers; TO=0 drops it); repeatable",
+    )
+    parser.add_argument(
+        "-g", "--process-group", action="store_true", help="forward signals to the main process's whole process group"
+    )
+    parser.add_argument("--log-format", choices=["text", "json"], help="log line format (default text)")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (debug level)")
+    return parser
+
+
+def parse_run_args(args: Sequence[str]) -> RunOptions:
+    args = list(args)
+    if args and args[0] == "run":
+        args = args[1:]
+    command: list[str] = []
+    if "--" in args:
+        split = args.index("--")
+        args, command = args[:split], args[split + 1 :]
+    parser = _run_parser()
+    ns = parser.parse_args(args)
+    if ns.help:
+        parser.print_help()
+        raise SystemExit(0)
+    if ns.version:
+        print(f"{PROG} (pid1-supervisor) {__version__}")
+        raise SystemExit(0)
+    config_path = ns.config or os.environ.get("SUPERVISOR_CONFIG") or None
+    if not command and not config_path:
+        raise UsageError("nothing to run: give a command after -- or a configuration with -c FILE")
+    return RunOptions(
+        config_path=config_path,
+        grace_period=ns.grace_period,
+        rewrite=dict(ns.rewrite),
+        process_group=ns.process_group,
+        log_format=ns.log_format,
+        verbose=ns.verbose,
+        command=tuple(command),
+    )
+
+
+def build_config(options: RunOptions) -> Config:
+    """The configuration file (if any) with the command line applied on top.
+
+    Raises ConfigError or UsageError.
+    """
+    from .config import Config, ProcessSpec, load_config
+
+    config = load_config(options.config_path) if options.config_path else Config()
+    if options.grace_period is not None:
+        config = replace(config, grace_period=options.grace_period)
+    if options.log_format is not None:
+        config = replace(config, log_format=options.log_format)  # type: ignore[arg-type]
+    if options.verbose:
+        config = replace(config, log_level="debug")
+    if options.command:
+        if config.main is not None:
+            raise UsageError(
+                f"both a command after -- and a main process ({config.main.name!r} in {options.config_path}); "
+                "drop one of them"
+            )
+        main = ProcessSpec(
+            name=_unique_name(options.command[0], {p.name for p in config.processes}),
+            command=options.command,
+            # The file's processes are the command's helpers: up and ready
+            # before it starts, stopped after it.
+            depends_on=tuple(p.name for p in config.processes),
+            main=True,
+            stop_signal=options.rewrite.get(signal.SIGTERM, signal.SIGTERM) or signal.SIGTERM,
+        )
+        config = replace(config, processes=(*config.processes, main))
+    return config
+
+
+def _unique_name(program: str, taken: set[str]) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", os.path.basename(program).lower()).strip("-") or "main"
+    name = base
+    while name in taken:
+        name = f"{name}-main"
+    return name
+
+
+def run_main(
+    args: Sequence[str],
+    *,
+    early: EarlySignals,
+    status_fd: int | None = None,
+    inherited_fds: tuple[int, ...] = (),
+) -> int:
+    """The orchestrator process's main: parse, load, supervise; returns the exit code."""
+    from ._orchestrator import run_orchestrator
+    from .config import ConfigError
+
+    try:
+        options = parse_run_args(args)
+        config = build_config(options)
+        host = _load_plugins(config)
+    except UsageError as exc:
+        return _usage_error(str(exc))
+    except ConfigError as exc:
+        return _config_error(exc)
+    return run_orchestrator(
+        config, options, host, early=early, status_fd=status_fd, inherited_fds=inherited_fds
+    )
+
+
+def _load_plugins(config: Config) -> PluginHost:
+    from ._pluginhost import PluginHost
+
+    host = PluginHost.discover()
+    host.enable(config)  # raises ConfigError listing every plugin's problems
+    return host
+
+
+def _usage_error(message: str) -> int:
+    print(f"{PROG}: {message} (see {PROG} --help)", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def _config_error(exc: Exception) -> int:
+    print(str(exc), file=sys.stderr)
+    return USAGE_ERROR
+
+
+# --------------------------------------------------------------------------
+# In-process subcommands
+# --------------------------------------------------------------------------
+
+
+def main(args: Sequence[str]) -> int:
+    """Entry for everything but ``run`` (the init layer routes those here)."""
+    from ._pluginhost import PluginHost
+    from .config import ConfigError
+
+    host = PluginHost.discover()
+    parser = _Parser(prog=PROG, description="A PID 1 for containers. `supervisor --help` shows the run options.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    check = sub.add_parser("check", help="validate a configuration and print its start and shutdown plan")
+    check.add_argument("-c", "--config", metavar="FILE", help="YAML configuration (env SUPERVISOR_CONFIG)")
+    check.add_argument("--grace-period", metavar="DURATION", type=_duration)
+    check.set_defaults(handler=lambda ns: _check(ns, host))
+    plugins = sub.add_parser("plugins", help="list installed plugins, their hooks and settings")
+    plugins.set_defaults(handler=lambda ns: _plugins(host))
+    sub.add_parser("help", help="show the run options").set_defaults(handler=lambda ns: _help())
+    host.add_commands(sub)
+    try:
+        ns = parser.parse_args(args)
+        return int(ns.handler(ns))
+    except UsageError as exc:
+        return _usage_error(str(exc))
+    except ConfigError as exc:
+        return _config_error(exc)
+
+
+def _help() -> int:
+    _run_parser().print_help()
+    return 0
+
+
+def _check(ns: argparse.Namespace, host: PluginHost) -> int:
+    from .config import ConfigError, budget_problems, render_plan
+
+    path = ns.config or os.environ.get("SUPERVISOR_CONFIG")
+    if not path:
+        raise UsageError("check needs a configuration: -c FILE or SUPERVISOR_CONFIG")
+    config = build_config(RunOptions(config_path=path, grace_period=ns.grace_period))
+    host.enable(config)
+    problems = budget_problems(config)
+    if problems:
+        raise ConfigError(problems)
+    print(render_plan(config, host.hooks_by_phase()))
+    return 0
+
+
+def _plugins(host: PluginHost) -> int:
+    entries = host.describe()
+    if not entries:
+        print("No plugins installed (entry-point group supervisor.plugins).")
+    for entry in entries:
+        print(entry)
+    return 0
+
+
+def describe_signal_rewrites(rewrite: dict[int, int]) -> str:
+    return ", ".join(
+        f"{signal_name(a)}→{signal_name(b) if b else 'dropped'}" for a, b in sorted(rewrite.items())
+    )
+
+
+def describe_budget(seconds: float) -> str:
+    return format_duration(seconds)

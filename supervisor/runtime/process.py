@@ -1,0 +1,323 @@
+"""One supervised process: spawn, watch, restart with backoff, stop.
+
+The process is spawned by trio (``trio.lowlevel.open_process``) and waited for
+by PID through trio's pidfd machinery; nothing here reaps any other child, so
+the exit status is always the process's own (see supervisor/_init.py for why
+orphans are somebody else's job).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import signal
+import subprocess
+import sys
+from typing import BinaryIO, Protocol
+
+import trio
+
+from .._deadline import Deadline
+from .._status import ExitStatus
+from .._units import format_duration, signal_name
+from ..config import ProcessSpec
+from .backoff import RestartTracker
+from .privileges import preexec_for
+from .readiness import describe, wait_ready
+
+__all__ = ["ProcessEvents", "SupervisedProcess"]
+
+log = logging.getLogger("supervisor.process")
+
+# After a process exits, its output pipes may still be held by a grandchild;
+# drain what is buffered, but do not wait for strangers.
+_OUTPUT_DRAIN_SECONDS = 0.05
+# A SIGKILLed process is gone within milliseconds unless it is stuck in the
+# kernel (uninterruptible I/O); never wait for ever on it.
+_AFTER_KILL_SECONDS = 5.0
+
+
+class ProcessEvents(Protocol):
+    """What the orchestrator hears from a process."""
+
+    def process_started(self, process: SupervisedProcess) -> None: ...
+
+    def process_exited(self, process: SupervisedProcess, status: ExitStatus, will_restart: bool) -> None: ...
+
+    def process_restarted(self, process: SupervisedProcess, attempt: int) -> None: ...
+
+    def process_failed(self, process: SupervisedProcess, reason: str) -> None: ...
+
+
+class SupervisedProcess:
+    """Implements the public ``supervisor.ProcessInfo`` view."""
+
+    def __init__(
+        self,
+        spec: ProcessSpec,
+        events: ProcessEvents,
+        *,
+        inherited_fds: tuple[int, ...] = (),
+    ) -> None:
+        self.spec = spec
+        self._events = events
+        self._inherited_fds = inherited_fds if spec.main else ()
+        self._process: trio.Process | None = None
+        self._exited = trio.Event()
+        self._stop_requested = trio.Event()
+        self.status: ExitStatus | None = None
+        self.restarts = 0
+        self.ever_started = False
+        self.failed_for_good = False
+
+    # -- ProcessInfo --------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self.running and self._process else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and not self._exited.is_set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested.is_set()
+
+    def __repr__(self) -> str:
+        return f"<process {self.name} pid={self.pid} status={self.status}>"
+
+    # -- running ------------------------------------------------------------
+
+    async def supervise(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the process and restart it by its policy until it is stopped or
+        fails for good.  Signals ``task_status.started()`` once the first
+        spawn has been attempted (check ``running`` for its success)."""
+        tracker = RestartTracker(self.spec.backoff)
+        first = True
+        while True:
+            tracker.started(trio.current_time())
+            status = await self._run_once(task_status if first else None)
+            first = False
+            if self.stopping:
+                return
+            if not self._should_restart(status):
+                self._events.process_exited(self, status, will_restart=False)
+                if not status.success and not self.spec.main:
+                    self._fail(f"exited: {status}")
+                return
+            delay = tracker.next_delay(trio.current_time())
+            if delay is None:
+                self._events.process_exited(self, status, will_restart=False)
+                self._fail(
+                    f"{status}; restarted {tracker.attempt} times within "
+                    f"{format_duration(self.spec.backoff.window)}, giving up"
+                )
+                return
+            self._events.process_exited(self, status, will_restart=True)
+            log.info("restarting %s in %s (%s)", self.name, format_duration(delay), status)
+            # A shutdown during the backoff simply ends it: no restart.
+            with trio.move_on_after(delay):
+                await self._stop_requested.wait()
+            if self._stop_requested.is_set():
+                return
+            self.restarts += 1
+            self._events.process_restarted(self, tracker.attempt)
+
+    def _should_restart(self, status: ExitStatus) -> bool:
+        if self.spec.restart == "always":
+            return True
+        return self.spec.restart == "on-failure" and not status.success
+
+    def _fail(self, reason: str) -> None:
+        self.failed_for_good = True
+        self._events.process_failed(self, reason)
+
+    async def _run_once(self, task_status: trio.TaskStatus[None] | None) -> ExitStatus:
+        self._exited = trio.Event()
+        try:
+            process = await self._spawn()
+        except (OSError, subprocess.SubprocessError) as exc:
+            status = self._spawn_failure(exc)
+            self._process = None
+            self.status = status
+            self._exited.set()
+            if task_status is not None:
+                task_status.started()
+            return status
+        self._process = process
+        self.ever_started = True
+        self._take_terminal(process.pid)
+        log.info("started %s (pid %d): %s", self.name, process.pid, _shell_join(self.spec.command))
+        self._events.process_started(self)
+        if task_status is not None:
+            task_status.started()
+        async with trio.open_nursery() as nursery:
+            if self.spec.log_prefix:
+                for stream, out in ((process.stdout, sys.stdout.buffer), (process.stderr, sys.stderr.buffer)):
+                    if stream is not None:
+                        nursery.start_soon(_pump_lines, stream, out, f"[{self.name}] ")
+            # Shielded: a process is always waited for (reaped) by its owner,
+            # even while the surrounding task is being cancelled.
+            with trio.CancelScope(shield=True):
+                returncode = await process.wait()
+            nursery.cancel_scope.deadline = trio.current_time() + _OUTPUT_DRAIN_SECONDS
+        status = ExitStatus.from_returncode(returncode)
+        self.status = status
+        self._exited.set()
+        level = logging.INFO if status.success or self.stopping else logging.WARNING
+        log.log(level, "%s (pid %d) %s", self.name, process.pid, status)
+        return status
+
+    async def _spawn(self) -> trio.Process:
+        spec = self.spec
+        piped = subprocess.PIPE if spec.log_prefix else None
+        return await trio.lowlevel.open_process(
+            list(spec.command),
+            env={**os.environ, **spec.env},
+            cwd=spec.cwd,
+            # Helpers get no stdin; the main process gets ours, like tini.
+            stdin=None if spec.main else subprocess.DEVNULL,
+            stdout=piped,
+            stderr=piped,
+            close_fds=True,
+            pass_fds=self._inherited_fds,
+            process_group=0 if spec.process_group else None,
+            preexec_fn=preexec_for(spec),
+        )
+
+    def _spawn_failure(self, exc: BaseException) -> ExitStatus:
+        program = self.spec.command[0]
+        if isinstance(exc, FileNotFoundError) and exc.filename == self.spec.cwd and self.spec.cwd:
+            log.error("cannot start %s: working directory %s does not exist", self.name, self.spec.cwd)
+            return ExitStatus(code=127)
+        if isinstance(exc, FileNotFoundError):
+            log.error("cannot start %s: %s: command not found", self.name, program)
+            return ExitStatus(code=127)
+        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EISDIR, errno.EPERM):
+            log.error("cannot start %s: %s: %s (not executable)", self.name, program, exc.strerror)
+            return ExitStatus(code=126)
+        log.error("cannot start %s: %s", self.name, exc)
+        return ExitStatus(code=126)
+
+    def _take_terminal(self, pid: int) -> None:
+        """Give the terminal to the main process's group, as tini does, so an
+        interactive main process can read it and receives Ctrl-C itself."""
+        if not (self.spec.main and self.spec.process_group):
+            return
+        with contextlib.suppress(OSError):
+            if os.isatty(0):
+                previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+                try:
+                    os.tcsetpgrp(0, pid)
+                finally:
+                    signal.signal(signal.SIGTTOU, previous)
+
+    # -- readiness ----------------------------------------------------------
+
+    async def wait_ready(self) -> str | None:
+        """Wait until the readiness check passes; returns None when ready or
+        the reason it never became ready."""
+        check = self.spec.ready
+        if not self.ever_started:
+            return f"could not be started ({self.status})"
+        if check is None:
+            return None
+        result: str | None = f"not ready within {format_duration(check.timeout)} ({describe(check)})"
+        async with trio.open_nursery() as nursery:
+
+            async def probe() -> None:
+                nonlocal result
+                await wait_ready(check, env={**os.environ, **self.spec.env}, cwd=self.spec.cwd)
+                result = None
+                nursery.cancel_scope.cancel()
+
+            async def watch_exit() -> None:
+                nonlocal result
+                await self._exited.wait()
+                result = f"exited before it was ready: {self.status}"
+                nursery.cancel_scope.cancel()
+
+            nursery.cancel_scope.deadline = trio.current_time() + check.timeout
+            nursery.start_soon(probe)
+            nursery.start_soon(watch_exit)
+        if result is None:
+            log.info("%s is ready (%s)", self.name, describe(check))
+        return result
+
+    # -- signals and stopping -------------------------------------------------
+
+    def send_signal(self, signo: int, *, group: bool | None = None) -> bool:
+        """Signal the process (its group if it has its own).  False if it is
+        not running.  Safe against PID reuse: an exited process is not
+        signalled, and a child's PID is not reused before we reap it."""
+        if not self.running or self._process is None:
+            return False
+        use_group = self.spec.process_group if group is None else group and self.spec.process_group
+        try:
+            if use_group:
+                os.killpg(self._process.pid, signo)
+            else:
+                os.kill(self._process.pid, signo)
+        except ProcessLookupError:
+            return False
+        return True
+
+    async def stop(self, deadline: Deadline, stop_signal: int | None = None) -> ExitStatus | None:
+        """Stop signal, wait up to stop_timeout within the deadline, then
+        SIGKILL (the group).  Returns the final status (None if it never ran)."""
+        self._stop_requested.set()
+        if not self.running:
+            return self.status
+        signo = stop_signal or self.spec.stop_signal
+        timeout = self.spec.stop_timeout if self.spec.stop_timeout is not None else float("inf")
+        log.info(
+            "stopping %s (pid %s) with %s, up to %s",
+            self.name,
+            self.pid,
+            signal_name(signo),
+            format_duration(min(timeout, deadline.remaining())),
+        )
+        self.send_signal(signo)
+        if signo != signal.SIGCONT:
+            self.send_signal(signal.SIGCONT)  # a stopped process cannot handle its stop signal
+        with deadline.scope(keep_reserve=False, timeout=timeout):
+            await self._exited.wait()
+        if self.running:
+            why = "the shutdown deadline" if deadline.remaining() <= 0 else f"stop_timeout {format_duration(timeout)}"
+            log.warning("escalating: SIGKILL to %s (pid %s) after %s", self.name, self.pid, why)
+            self.send_signal(signal.SIGKILL)
+            with trio.CancelScope(shield=True), trio.move_on_after(_AFTER_KILL_SECONDS):
+                await self._exited.wait()
+        return self.status
+
+    async def wait_exited(self) -> ExitStatus | None:
+        await self._exited.wait()
+        return self.status
+
+
+async def _pump_lines(stream: trio.abc.ReceiveStream, out: BinaryIO, prefix: str) -> None:
+    """Copy a child's output line by line with a prefix (``log_prefix``)."""
+    pending = b""
+    prefix_bytes = prefix.encode()
+    async for chunk in stream:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        if lines:
+            out.write(b"".join(prefix_bytes + line + b"\n" for line in lines))
+            out.flush()
+    if pending:
+        out.write(prefix_bytes + pending + b"\n")
+        out.flush()
+
+
+def _shell_join(argv: tuple[str, ...]) -> str:
+    import shlex
+
+    return shlex.join(argv)

@@ -1,0 +1,105 @@
+"""The shutdown Deadline and Timeline, on trio's MockClock (no real sleeps)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from supervisor import Deadline, Timeline
+
+
+async def test_remaining_counts_down(autojump_clock: trio.testing.MockClock) -> None:
+    deadline = Deadline(10.0)
+    assert deadline.remaining() == pytest.approx(10.0)
+    assert deadline.reserve == pytest.approx(1.0)
+    await trio.sleep(4)
+    assert deadline.remaining() == pytest.approx(6.0)
+    assert deadline.remaining_for_hooks() == pytest.approx(5.0)
+
+
+async def test_small_budget_keeps_a_proportional_reserve() -> None:
+    assert Deadline(2.0).reserve == pytest.approx(0.2)
+
+
+async def test_hook_scope_ends_before_escalation(autojump_clock: trio.testing.MockClock) -> None:
+    deadline = Deadline(10.0)
+    with deadline.scope() as scope:
+        await trio.sleep(100)
+    assert scope.cancelled_caught
+    assert deadline.remaining() == pytest.approx(deadline.reserve)
+
+
+async def test_stop_scope_runs_to_the_deadline(autojump_clock: trio.testing.MockClock) -> None:
+    deadline = Deadline(10.0)
+    with deadline.scope(keep_reserve=False):
+        await trio.sleep(100)
+    assert deadline.remaining() == pytest.approx(0.0)
+    assert deadline.expired
+
+
+async def test_own_timeout_wins_when_shorter(autojump_clock: trio.testing.MockClock) -> None:
+    deadline = Deadline(10.0)
+    start = trio.current_time()
+    with deadline.scope(timeout=2.0):
+        await trio.sleep(100)
+    assert trio.current_time() - start == pytest.approx(2.0)
+
+
+async def test_shorten_moves_waiting_scopes(autojump_clock: trio.testing.MockClock) -> None:
+    deadline = Deadline(30.0)
+    start = trio.current_time()
+
+    async def learn_real_deadline() -> None:
+        await trio.sleep(1)
+        assert deadline.shorten(5.0, "pod deletion deadline")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(learn_real_deadline)
+        with deadline.scope(keep_reserve=False):
+            await trio.sleep(100)
+    assert trio.current_time() - start == pytest.approx(6.0)
+    assert deadline.reasons == ["pod deletion deadline"]
+
+
+async def test_shorten_never_extends() -> None:
+    deadline = Deadline(5.0)
+    assert not deadline.shorten(10.0, "later")
+    assert deadline.remaining() <= 5.0
+
+
+async def test_expire_cancels_everything_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    deadline = Deadline(30.0)
+    start = trio.current_time()
+
+    async def second_sigterm() -> None:
+        await trio.sleep(2)
+        deadline.expire("second SIGTERM")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(second_sigterm)
+        with deadline.scope(keep_reserve=False):
+            await trio.sleep(100)
+    assert trio.current_time() - start == pytest.approx(2.0)
+    assert deadline.remaining() == 0
+
+
+async def test_timeline_records_outcomes(autojump_clock: trio.testing.MockClock) -> None:
+    timeline = Timeline()
+    with timeline.step("pre_stop", "sleep", plugin="sleep"):
+        await trio.sleep(1.5)
+    with trio.move_on_after(1), timeline.step("pre_stop", "drain", plugin="kubernetes"):
+        await trio.sleep(10)
+    with pytest.raises(ValueError), timeline.step("post_stop", "cleanup"):
+        raise ValueError("boom")
+    records = timeline.as_json()
+    assert [(r["name"], r["outcome"]) for r in records] == [
+        ("sleep", "ok"),
+        ("drain", "cancelled"),
+        ("cleanup", "error"),
+    ]
+    assert records[0]["duration"] == pytest.approx(1.5)
+    assert records[1]["start"] == pytest.approx(1.5)
+    text = timeline.render()
+    assert "sleep: sleep" in text[0] and text[0].rstrip().endswith("ok")
+    assert "ValueError: boom" in text[2]

@@ -1,0 +1,264 @@
+"""The PID-1 core, through the real CLI as PID 1 of a new PID namespace."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.core.children import IGNORE_TERM, SIGNAL_REPORTER
+from tests.pid1 import SUPERVISOR, Supervisor, blocked_signals, pid_alive, run, wait_until
+
+PY = sys.executable
+
+
+# -- exit codes ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 3, 42, 100, 126, 127, 128, 200, 254, 255])
+def test_exit_code_passes_through(code: int) -> None:
+    status, sup = run(["--", "sh", "-c", f"exit {code}"])
+    assert status == code, sup.output
+
+
+@pytest.mark.parametrize("signo", [signal.SIGHUP, signal.SIGINT, signal.SIGKILL, signal.SIGUSR1, signal.SIGSEGV, signal.SIGTERM])
+def test_death_by_signal_is_128_plus_n(signo: int) -> None:
+    status, sup = run(["--", "sh", "-c", f"kill -{int(signo)} $$"])
+    assert status == 128 + signo, sup.output
+
+
+def test_command_not_found_is_127() -> None:
+    status, sup = run(["--", "/no/such/program"])
+    assert status == 127
+    assert "command not found" in sup.output
+
+
+def test_not_executable_is_126(tmp_path: Path) -> None:
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    status, sup = run(["--", str(script)])
+    assert status == 126, sup.output
+    status, sup = run(["--", str(tmp_path)])  # a directory
+    assert status == 126, sup.output
+
+
+def test_stdin_is_passed_to_the_main_process() -> None:
+    proc = subprocess.run(
+        ["unshare", "-Urpf", "--mount-proc", "--kill-child", SUPERVISOR, "--", "sh"],
+        input=b"exit 5\n",
+        capture_output=True,
+        timeout=30,
+    )
+    assert proc.returncode == 5, proc.stderr
+
+
+# -- signals ------------------------------------------------------------------
+
+FORWARDABLE = [
+    s for s in range(1, 32)
+    if s not in {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU,
+                 signal.SIGTERM, signal.SIGINT}
+]
+
+
+def test_every_forwardable_signal_reaches_the_main_process() -> None:
+    with Supervisor(["--", PY, "-c", SIGNAL_REPORTER]) as sup:
+        sup.wait_for("^ready$", stream="stdout")
+        for signo in FORWARDABLE:
+            sup.signal(signo)
+            # One at a time: identical pending signals coalesce in any kernel.
+            sup.wait_for(f"^got {signo}$", stream="stdout")
+        sup.signal(signal.SIGTERM)
+        assert sup.wait() == 0
+    got = [int(line.split()[1]) for line in sup.stdout_lines if line.startswith("got ")]
+    assert got == [*FORWARDABLE, signal.SIGTERM]
+
+
+def test_sigint_reaches_the_main_process_and_gives_130() -> None:
+    with Supervisor(["--", PY, "-c", SIGNAL_REPORTER.replace("signal.SIGTERM:", "signal.SIGINT:")]) as sup:
+        sup.wait_for("^ready$", stream="stdout")
+        sup.signal(signal.SIGINT)
+        sup.wait_for("^got 2$", stream="stdout")
+        assert sup.wait() == 0
+
+
+def test_rewrite_maps_and_drops_signals() -> None:
+    args = ["--rewrite", "USR1:USR2", "--rewrite", "SIGHUP:0", "--rewrite", "15:3", "--", PY, "-c", SIGNAL_REPORTER.replace("signal.SIGTERM:", "signal.SIGQUIT:")]
+    with Supervisor(args) as sup:
+        sup.wait_for("^ready$", stream="stdout")
+        sup.signal(signal.SIGHUP)  # dropped
+        sup.wait_for("SIGHUP: dropped")
+        sup.signal(signal.SIGUSR1)
+        sup.wait_for(f"^got {int(signal.SIGUSR2)}$", stream="stdout")
+        sup.signal(signal.SIGTERM)  # delivered to the main process as SIGQUIT
+        sup.wait_for(f"^got {int(signal.SIGQUIT)}$", stream="stdout")
+        assert sup.wait() == 0
+    got = [int(line.split()[1]) for line in sup.stdout_lines if line.startswith("got ")]
+    assert got == [signal.SIGUSR2, signal.SIGQUIT]
+
+
+def test_process_group_forwarding_reaches_the_whole_pipeline(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    script = f"trap 'echo $$ >> {marker}; exit 0' USR1; (trap 'echo sub >> {marker}; exit 0' USR1; while :; do sleep 0.05; done) & echo ready; while :; do sleep 0.05; done"
+    with Supervisor(["-g", "--", "sh", "-c", script]) as sup:
+        sup.wait_for("^ready$", stream="stdout")
+        sup.signal(signal.SIGUSR1)
+        wait_until(lambda: marker.exists() and "sub" in marker.read_text())
+        sup.signal(signal.SIGTERM)
+        sup.wait()
+    assert len(marker.read_text().split()) == 2
+
+
+def test_child_ignoring_sigterm_is_killed_at_the_deadline() -> None:
+    with Supervisor(["--grace-period", "1s", "--log-format", "json", "--", PY, "-c", IGNORE_TERM]) as sup:
+        sup.wait_for("^ready$", stream="stdout")
+        sup.signal(signal.SIGTERM)
+        assert sup.wait() == 137
+    records = sup.json_records()
+    assert any("escalating: SIGKILL" in str(r["message"]) for r in records)
+    timeline = next(r["timeline"] for r in records if "timeline" in r)
+    stop = next(step for step in timeline if step["phase"] == "stop")
+    assert stop["outcome"] == "killed"
+    assert abs(stop["duration"] - 1.0) < 0.1, timeline  # the supervisor's own clock
+
+
+def test_second_sigterm_escalates_at_once() -> None:
+    with Supervisor(["--grace-period", "60s", "--", PY, "-c", IGNORE_TERM]) as sup:
+        sup.wait_for("^ready$", stream="stdout")
+        sup.signal(signal.SIGTERM)
+        sup.wait_for("stopping")
+        sent = time.monotonic()
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(timeout=20) == 137
+        assert time.monotonic() - sent < 10  # far from the 60 s grace period
+    assert "received SIGTERM again" in sup.output
+
+
+def test_sigterm_during_start_up_is_not_lost() -> None:
+    # The init layer blocks signals first thing; a SIGTERM right after that,
+    # while trio and the configuration are still importing, must still give a
+    # graceful shutdown rather than vanish (PID 1 ignores unhandled signals).
+    with Supervisor(["--", "sleep", "30"]) as sup:
+        pid = sup.pid
+        wait_until(lambda: blocked_signals(pid) & (1 << (signal.SIGTERM - 1)), timeout=10, interval=0.0005)
+        sup.signal(signal.SIGTERM)
+        status = sup.wait(timeout=20)
+    assert status == 128 + signal.SIGTERM, sup.output
+    assert "shutting down: received SIGTERM" in sup.output
+
+
+# -- reaping ------------------------------------------------------------------
+
+ZOMBIE_COUNT = r"""
+import os
+import re
+zombies = 0
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        zombies += state == "Z"
+print("zombies", zombies)
+"""
+
+
+def test_a_thousand_orphans_are_reaped(tmp_path: Path) -> None:
+    counter = tmp_path / "count.py"
+    counter.write_text(ZOMBIE_COUNT)
+    script = (
+        "i=0; while [ $i -lt 1000 ]; do (true &) ; i=$((i+1)); done; "
+        # every orphan has exited; give PID 1 a moment to reap the last ones
+        f"sleep 0.5; {PY} {counter}"
+    )
+    status, sup = run(["--", "sh", "-c", script], timeout=120)
+    assert status == 0, sup.output
+    assert "zombies 0" in sup.stdout_lines, sup.output
+
+
+def test_exit_status_is_never_stolen_while_orphans_are_reaped() -> None:
+    # The main process exits with 7 while a storm of orphans exits around it:
+    # a reaper that raced the orchestrator's wait would report 0.
+    script = "i=0; while [ $i -lt 200 ]; do (sleep 0.01 &) ; i=$((i+1)); done; exit 7"
+    for _ in range(15):
+        status, sup = run(["--", "sh", "-c", script])
+        assert status == 7, sup.output
+
+
+def test_daemonized_grandchild_gets_its_cleanup_time(tmp_path: Path) -> None:
+    done = tmp_path / "done"
+    daemon = f"trap 'sleep 0.5; echo cleaned > {done}; exit 0' TERM; echo up; while :; do sleep 0.05; done"
+    script = f"setsid sh -c \"{daemon}\" & sleep 0.3; exit 0"
+    status, sup = run(["--grace-period", "5s", "--", "sh", "-c", script])
+    assert status == 0, sup.output
+    assert done.read_text().strip() == "cleaned", sup.output
+    assert re.search(r"sweeping \d+ leftover process", sup.output)
+
+
+def test_supervisor_killed_while_not_pid1_leaves_no_child() -> None:
+    with Supervisor(["--grace-period", "3s", "--", "sleep", "1000"], pid1=False) as sup:
+        match = sup.wait_for(r"started sleep \(pid (\d+)\)")
+        child = int(match.group(1))
+        assert pid_alive(child)
+        sup.proc.kill()
+        sup.proc.wait()
+        wait_until(lambda: not pid_alive(child), timeout=10)
+
+
+def test_not_pid1_still_reaps_orphans_as_subreaper(tmp_path: Path) -> None:
+    counter = tmp_path / "count.py"
+    counter.write_text(ZOMBIE_COUNT.replace('if pid.isdigit():', f'if pid.isdigit() and open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getppid()):'))
+    status, sup = run(["--", "sh", "-c", f"(true &); (true &); sleep 0.3; {PY} {counter}"], pid1=False)
+    assert status == 0
+
+
+# -- a clean start for children -------------------------------------------------
+
+
+def test_children_start_with_empty_mask_and_default_dispositions() -> None:
+    status, sup = run(["--", "sh", "-c", "exec grep -E '^Sig(Blk|Ign)' /proc/self/status"])
+    assert status == 0, sup.output
+    fields = dict(line.split() for line in sup.stdout_lines)
+    assert int(fields["SigBlk:"], 16) == 0
+    assert int(fields["SigIgn:"], 16) == 0
+
+
+def test_descriptors_inherited_pass_through_and_own_ones_do_not_leak(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    try:
+        status, sup = run(
+            ["--", PY, "-c", "import os; print(' '.join(sorted(os.listdir('/proc/self/fd'), key=int)))"],
+            pass_fds=[write_end],
+            cwd=tmp_path,
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert status == 0, sup.output
+    fds = {int(fd) for fd in sup.stdout_lines[0].split()}
+    assert write_end in fds
+    # 0-2, the inherited one, and the one listdir itself opened: nothing else.
+    assert len(fds - {0, 1, 2, write_end}) <= 1, fds
+
+
+def test_children_keep_the_callers_working_directory(tmp_path: Path) -> None:
+    status, sup = run(["--", "pwd"], cwd=tmp_path)
+    assert status == 0
+    assert sup.stdout_lines == [str(tmp_path)]
+
+
+def test_shutdown_exits_promptly_after_the_last_process() -> None:
+    with Supervisor(["--", "sleep", "30"]) as sup:
+        sup.wait_for("started sleep")
+        sup.signal(signal.SIGTERM)
+        assert sup.wait() == 143
+    assert "shutdown timeline" in sup.output

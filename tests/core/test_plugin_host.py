@@ -1,0 +1,261 @@
+"""The plugin host and the shutdown plan, through the real CLI as PID 1.
+
+Test plugins are real installed distributions: each test writes modules and a
+``*.dist-info`` with ``entry_points.txt`` into a directory on PYTHONPATH, which
+is exactly how ``importlib.metadata`` finds a pip-installed plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.pid1 import Supervisor, run
+
+PLUGINS = {
+    "recorder": '''
+        import os
+        from supervisor import hookimpl
+
+        LOG = os.environ["RECORD_FILE"]
+
+        def note(text):
+            with open(LOG, "a") as f:
+                f.write(text + "\\n")
+
+        @hookimpl
+        def supervisor_configure(settings, config):
+            settings.check_keys(["label"])
+            return settings.string("label", default="rec")
+
+        @hookimpl
+        async def supervisor_startup(ctx):
+            note(f"{ctx.settings} startup")
+
+        @hookimpl
+        def supervisor_process_started(ctx, process):
+            note(f"{ctx.settings} started {process.name}")
+
+        @hookimpl
+        async def supervisor_shutdown_started(ctx, deadline, reason):
+            note(f"{ctx.settings} shutdown_started {reason}")
+
+        @hookimpl
+        async def supervisor_pre_stop(ctx, deadline):
+            note(f"{ctx.settings} pre_stop")
+
+        @hookimpl
+        async def supervisor_before_process_stop(ctx, deadline, process):
+            note(f"{ctx.settings} before_process_stop {process.name} running={process.running}")
+
+        @hookimpl
+        async def supervisor_after_process_stop(ctx, deadline, process, status):
+            note(f"{ctx.settings} after_process_stop {process.name} {status.exit_code} running={process.running}")
+
+        @hookimpl
+        async def supervisor_post_stop(ctx, deadline):
+            note(f"{ctx.settings} post_stop")
+    ''',
+    "slow": '''
+        import trio
+        from supervisor import hookimpl
+
+        @hookimpl
+        def supervisor_configure(settings, config):
+            return settings.duration("seconds", default=1.0)
+
+        @hookimpl
+        async def supervisor_pre_stop(ctx, deadline):
+            await trio.sleep(ctx.settings)
+    ''',
+    "raises": '''
+        from supervisor import hookimpl
+
+        @hookimpl
+        async def supervisor_pre_stop(ctx, deadline):
+            raise RuntimeError("async boom")
+    ''',
+    "sync_raises": '''
+        from supervisor import hookimpl
+
+        @hookimpl
+        def supervisor_pre_stop(ctx, deadline):
+            raise RuntimeError("sync boom")
+    ''',
+    "hangs": '''
+        import trio
+        from supervisor import hookimpl
+
+        @hookimpl
+        async def supervisor_pre_stop(ctx, deadline):
+            await trio.sleep_forever()
+    ''',
+    "broken": '''
+        raise ImportError("this plugin is broken on purpose")
+    ''',
+}
+
+
+@pytest.fixture
+def plugin_path(tmp_path: Path) -> Path:
+    """A site directory holding the test plugins as installed distributions."""
+    site = tmp_path / "site"
+    site.mkdir()
+    entry_points = ["[supervisor.plugins]"]
+    for name, source in PLUGINS.items():
+        module = f"testplugin_{name}"
+        (site / f"{module}.py").write_text(textwrap.dedent(source))
+        entry_points.append(f"{name} = {module}")
+        # a second copy of `slow` under other names, for the concurrency test
+    for extra in ("slow2", "slow3"):
+        entry_points.append(f"{extra} = testplugin_slow")
+    dist = site / "supervisor_testplugins-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: supervisor-testplugins\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("\n".join(entry_points) + "\n")
+    return site
+
+
+def _env(plugin_path: Path, tmp_path: Path) -> dict[str, str]:
+    return {"PYTHONPATH": str(plugin_path), "RECORD_FILE": str(tmp_path / "record.txt")}
+
+
+def _config(tmp_path: Path, plugins: str, *, grace: str = "10s", extra: str = "") -> str:
+    path = tmp_path / "deploy.yaml"
+    path.write_text(f"grace_period: {grace}\nlog: {{format: json}}\n{extra}plugins:\n{textwrap.indent(plugins, '  ')}")
+    return str(path)
+
+
+def _timeline(sup: Supervisor) -> list[dict[str, object]]:
+    for record in sup.json_records():
+        if "timeline" in record:
+            return record["timeline"]  # type: ignore[return-value]
+    raise AssertionError(f"no timeline in the output\n{sup.output}")
+
+
+def test_phases_run_in_order_around_each_process(plugin_path: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, "recorder: {label: r}\n")
+    with Supervisor(["-c", config, "--", "sleep", "30"], env=_env(plugin_path, tmp_path)) as sup:
+        sup.wait_for("started sleep")
+        sup.signal(signal.SIGTERM)
+        assert sup.wait() == 143
+    lines = (tmp_path / "record.txt").read_text().splitlines()
+    assert lines == [
+        "r startup",
+        "r started sleep",
+        "r shutdown_started received SIGTERM",
+        "r pre_stop",
+        "r before_process_stop sleep running=True",
+        "r after_process_stop sleep 143 running=False",
+        "r post_stop",
+    ]
+    phases = [(s["phase"], s["name"]) for s in _timeline(sup)]
+    assert phases.index(("pre_stop", "pre_stop")) < phases.index(("stop", "sleep")) < phases.index(("post_stop", "post_stop"))
+
+
+def test_pre_stop_hooks_run_concurrently(plugin_path: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, "slow: {seconds: 1s}\nslow2: {seconds: 1s}\nslow3: {seconds: 1s}\n")
+    with Supervisor(["-c", config, "--", "sleep", "30"], env=_env(plugin_path, tmp_path)) as sup:
+        sup.wait_for("started sleep")
+        sup.signal(signal.SIGTERM)
+        assert sup.wait() == 143
+    steps = [s for s in _timeline(sup) if s["phase"] == "pre_stop"]
+    assert sorted(s["plugin"] for s in steps) == ["slow", "slow2", "slow3"]
+    assert all(s["outcome"] == "ok" for s in steps)
+    ends = [float(s["start"]) + float(s["duration"]) for s in steps]  # type: ignore[arg-type]
+    assert max(ends) < 2.0, steps  # three 1 s hooks side by side, not 3 s in a row
+
+
+def test_failing_and_hanging_hooks_do_not_block_the_others(plugin_path: Path, tmp_path: Path) -> None:
+    plugins = "recorder: {}\nraises: {}\nsync_raises: {}\nhangs: {hook_timeout: 1s}\n"
+    config = _config(tmp_path, plugins)
+    with Supervisor(["-c", config, "--", "sleep", "30"], env=_env(plugin_path, tmp_path)) as sup:
+        sup.wait_for("started sleep")
+        sup.signal(signal.SIGTERM)
+        assert sup.wait() == 143
+    outcomes = {s["plugin"]: s["outcome"] for s in _timeline(sup) if s["phase"] == "pre_stop"}
+    assert outcomes == {"recorder": "ok", "raises": "error", "sync_raises": "error", "hangs": "timeout"}
+    assert "async boom" in sup.output and "sync boom" in sup.output
+    assert "rec post_stop" in (tmp_path / "record.txt").read_text()
+
+
+def test_broken_plugin_is_skipped_unless_enabled(plugin_path: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, "recorder: {}\n")
+    status, sup = run(["-c", config, "--", "true"], env=_env(plugin_path, tmp_path))
+    assert status == 0, sup.output
+    config = _config(tmp_path, "recorder: {}\nbroken: {}\n")
+    status, sup = run(["-c", config, "--", "true"], env=_env(plugin_path, tmp_path))
+    assert status == 2
+    assert f"{config}:6:11: plugin 'broken' failed to load: ImportError: this plugin is broken on purpose" in sup.output
+    assert not (tmp_path / "record.txt").read_text().count("startup") > 1  # nothing started the second time
+
+
+def test_unknown_plugin_and_bad_settings_are_configuration_errors(plugin_path: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, "recorder: {lable: x}\nnope: {}\n")
+    status, sup = run(["-c", config, "--", "true"], env=_env(plugin_path, tmp_path))
+    assert status == 2
+    errors = [line for line in sup.stderr_lines if line.startswith(config)]
+    assert len(errors) == 2, sup.output
+    assert "unknown key 'lable'" in errors[0] and "did you mean 'label'" in errors[0]
+    assert errors[1].startswith(f"{config}:6:") and "plugin 'nope' is not installed" in errors[1]
+    assert "Traceback" not in sup.output
+
+
+def test_pre_stop_is_cancelled_when_the_main_process_exits(plugin_path: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, "slow: {seconds: 60s}\n", grace="60s")
+    with Supervisor(["-c", config, "--", "sh", "-c", "trap '' TERM; echo up; sleep 1.5; exit 4"], env=_env(plugin_path, tmp_path)) as sup:
+        sup.wait_for("^up$", stream="stdout")
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(timeout=20) == 4
+    step = next(s for s in _timeline(sup) if s["phase"] == "pre_stop")
+    assert step["outcome"] == "cancelled"
+    assert float(step["duration"]) < 10  # type: ignore[arg-type]
+
+
+def test_hook_overrunning_the_budget_is_cut_so_escalation_still_happens(plugin_path: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, "hangs: {}\n", grace="2s")
+    ignore_term = "trap '' TERM; echo up; while :; do sleep 0.05; done"
+    with Supervisor(["-c", config, "--", "sh", "-c", ignore_term], env=_env(plugin_path, tmp_path)) as sup:
+        sup.wait_for("^up$", stream="stdout")
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(timeout=20) == 137
+    timeline = _timeline(sup)
+    hook = next(s for s in timeline if s["phase"] == "pre_stop")
+    stop = next(s for s in timeline if s["phase"] == "stop")
+    assert hook["outcome"] == "timeout"
+    assert float(hook["duration"]) == pytest.approx(1.8, abs=0.1)  # the 0.2 s reserve is kept  # type: ignore[arg-type]
+    assert stop["outcome"] == "killed"
+    assert float(stop["start"]) + float(stop["duration"]) == pytest.approx(2.0, abs=0.1)  # type: ignore[arg-type]
+
+
+def test_second_signal_during_pre_stop_escalates(plugin_path: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, "hangs: {}\n", grace="60s")
+    with Supervisor(["-c", config, "--", "sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done"], env=_env(plugin_path, tmp_path)) as sup:
+        sup.wait_for("^up$", stream="stdout")
+        sup.signal(signal.SIGTERM)
+        sup.wait_for("shutting down")
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(timeout=20) == 137
+    hook = next(s for s in _timeline(sup) if s["phase"] == "pre_stop")
+    assert hook["outcome"] == "cancelled"
+
+
+def test_plugins_command_lists_installed_plugins(plugin_path: Path, tmp_path: Path) -> None:
+    status, sup = run(["plugins"], env=_env(plugin_path, tmp_path), pid1=False)
+    assert status == 0
+    text = "\n".join(sup.stdout_lines)
+    assert "recorder  (supervisor-testplugins 1.0)" in text
+    assert "hooks: " in text and "pre_stop" in text
+    assert "failed to load: ImportError" in text
+
+
+def test_json_timeline_is_one_line(plugin_path: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, "recorder: {}\n")
+    status, sup = run(["-c", config, "--", "true"], env=_env(plugin_path, tmp_path))
+    assert status == 0
+    record = next(r for r in sup.json_records() if "timeline" in r)
+    assert json.dumps(record)

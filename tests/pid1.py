@@ -1,0 +1,171 @@
+"""Run the real ``supervisor`` CLI as PID 1 of a fresh PID namespace.
+
+``unshare -Urpf --mount-proc --kill-child`` works as root and as an ordinary
+user; the namespace's PID 1 is the only child of the ``unshare`` process, and
+``--kill-child`` guarantees that a test that dies half-way leaves nothing
+running (the kernel kills the namespace when its init dies).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+SUPERVISOR = str(BIN / "supervisor") if (BIN / "supervisor").exists() else shutil.which("supervisor") or "supervisor"
+UNSHARE = ["unshare", "-Urpf", "--mount-proc", "--kill-child"]
+
+
+class Supervisor:
+    """A running supervisor; stdout and stderr are collected in the background."""
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        *,
+        pid1: bool = True,
+        env: dict[str, str] | None = None,
+        stdin: int | None = subprocess.DEVNULL,
+        cwd: str | Path | None = None,
+        pass_fds: Sequence[int] = (),
+    ) -> None:
+        argv = [*UNSHARE, SUPERVISOR, *args] if pid1 else [SUPERVISOR, *args]
+        self.pid1 = pid1
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            pass_fds=pass_fds,
+        )
+        self.stdout_lines: list[str] = []
+        self.stderr_lines: list[str] = []
+        self._changed = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.stdout_lines), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr_lines), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream: object, lines: list[str]) -> None:
+        for raw in stream:  # type: ignore[attr-defined]
+            with self._changed:
+                lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def pid(self) -> int:
+        """The supervisor's PID as seen from the test (outside the namespace)."""
+        if not self.pid1:
+            return self.proc.pid
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            except OSError:
+                children = []
+            if children:
+                return int(children[0])
+            time.sleep(0.005)
+        raise AssertionError("the supervisor never started inside the namespace")
+
+    def signal(self, signo: int) -> None:
+        os.kill(self.pid, signo)
+
+    def wait(self, timeout: float = 30) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"supervisor still running after {timeout}s\n{self.output}") from None
+        for reader in self._readers:
+            reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()  # --kill-child takes the namespace down with it
+            self.proc.wait(10)
+
+    def wait_for(self, pattern: str, timeout: float = 15, stream: str = "stderr") -> re.Match[str]:
+        """Block until a line matching ``pattern`` appears."""
+        regex = re.compile(pattern)
+        lines = self.stderr_lines if stream == "stderr" else self.stdout_lines
+        end = time.monotonic() + timeout
+        seen = 0
+        with self._changed:
+            while True:
+                for line in lines[seen:]:
+                    match = regex.search(line)
+                    if match:
+                        return match
+                seen = len(lines)
+                left = end - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not any(r.is_alive() for r in self._readers)):
+                    raise AssertionError(f"no line matching {pattern!r} within {timeout}s\n{self.output}")
+                self._changed.wait(min(left, 0.2))
+
+    @property
+    def output(self) -> str:
+        return "--- stdout\n" + "\n".join(self.stdout_lines) + "\n--- stderr\n" + "\n".join(self.stderr_lines)
+
+    def json_records(self) -> list[dict[str, object]]:
+        records = []
+        for line in self.stderr_lines:
+            if line.startswith("{"):
+                records.append(json.loads(line))
+        return records
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+def run(args: Sequence[str], *, timeout: float = 30, **kwargs: object) -> tuple[int, Supervisor]:
+    """Run to completion; returns the exit status and the finished Supervisor."""
+    sup = Supervisor(args, **kwargs)  # type: ignore[arg-type]
+    return sup.wait(timeout), sup
+
+
+def blocked_signals(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def wait_until(predicate: object, timeout: float = 10, interval: float = 0.01) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+SIGNALS = signal.Signals

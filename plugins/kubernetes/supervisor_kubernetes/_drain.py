@@ -1,0 +1,259 @@
+"""``endpoint_drain``: wait until no EndpointSlice routes traffic to this pod.
+
+List the namespace's slices (all Services, or the configured ones), keep the
+ones with an endpoint of this pod (``targetRef.uid``, or an address of the pod
+when there is no targetRef to go by), then watch until each of those
+endpoints is gone, ``ready: false`` or ``terminating: true``.  Watches resume
+from the last version seen (bookmarks included) when the server ends them,
+and relist on 410 Gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from supervisor import Deadline
+
+from ._api import APIError, KubeAPI
+from ._identity import PodIdentity
+from ._settings import DrainSettings
+
+__all__ = ["DrainResult", "SliceTracker", "drain_endpoints", "endpoint_routes", "service_selector"]
+
+SERVICE_LABEL = "kubernetes.io/service-name"
+
+
+def service_selector(services: Iterable[str]) -> str | None:
+    names = sorted(set(services))
+    if not names:
+        return None
+    return f"{SERVICE_LABEL} in ({','.join(names)})"
+
+
+def endpoint_routes(endpoint: Mapping[str, Any]) -> bool:
+    """Whether kube-proxy and friends still send new connections to it.
+
+    ``ready`` nil means ready and ``terminating`` nil means false
+    (KEP-1672): only an explicit ``ready: false`` or ``terminating: true``
+    takes an endpoint out of rotation.
+    """
+    conditions = endpoint.get("conditions") or {}
+    return conditions.get("ready") is not False and conditions.get("terminating") is not True
+
+
+@dataclass
+class SliceTracker:
+    """Which slices still have a routing endpoint of this pod."""
+
+    pod: PodIdentity
+    # slice name -> does one of our endpoints in it still route?
+    slices: dict[str, bool] = field(default_factory=dict)
+
+    def is_ours(self, endpoint: Mapping[str, Any]) -> bool:
+        target = endpoint.get("targetRef") or {}
+        if target.get("kind", "Pod") == "Pod":
+            if self.pod.uid and target.get("uid"):
+                return bool(target["uid"] == self.pod.uid)
+            if target.get("name"):
+                # No UID to compare (the pod's is unknown): the name is unique
+                # in the namespace at any one time.
+                return bool(
+                    target["name"] == self.pod.name
+                    and target.get("namespace", self.pod.namespace) == self.pod.namespace
+                )
+        addresses = endpoint.get("addresses") or []
+        return any(address in self.pod.ips for address in addresses)
+
+    def update(self, slice_obj: Mapping[str, Any]) -> None:
+        name = str((slice_obj.get("metadata") or {}).get("name", ""))
+        ours = [e for e in slice_obj.get("endpoints") or [] if self.is_ours(e)]
+        if ours:
+            self.slices[name] = any(endpoint_routes(e) for e in ours)
+        # Our endpoint was removed from this slice: that slice is done.
+        elif name in self.slices:
+            self.slices[name] = False
+
+    def remove(self, slice_obj: Mapping[str, Any]) -> None:
+        name = str((slice_obj.get("metadata") or {}).get("name", ""))
+        if name in self.slices:
+            self.slices[name] = False
+
+    def reset(self, slices: Iterable[Mapping[str, Any]]) -> None:
+        self.slices.clear()
+        for slice_obj in slices:
+            self.update(slice_obj)
+
+    @property
+    def routing(self) -> list[str]:
+        return sorted(name for name, routes in self.slices.items() if routes)
+
+    @property
+    def drained(self) -> bool:
+        return not self.routing
+
+
+@dataclass
+class DrainResult:
+    """How the drain ended: ``drained``, ``nothing`` (the pod is in no
+    slice), ``fallback`` (the API failed; ``reason`` says why) or ``timeout``."""
+
+    outcome: str
+    slices: int = 0
+    reason: str = ""
+    waited: float = 0.0
+
+
+async def drain_endpoints(
+    api: KubeAPI,
+    pod: PodIdentity,
+    settings: DrainSettings,
+    deadline: Deadline,
+    log: logging.Logger,
+    *,
+    until: float,
+) -> DrainResult:
+    """Watch until the pod is out of every slice or trio time ``until``.
+
+    API failures are not raised: they end the watch with outcome
+    ``fallback`` and the caller waits the fixed delay instead.
+    """
+    drainer = _Drainer(api, pod, settings, deadline, log, until=until)
+    return await drainer.run()
+
+
+class _Drainer:
+    """One drain: the list, then watches until no slice routes to the pod."""
+
+    def __init__(
+        self,
+        api: KubeAPI,
+        pod: PodIdentity,
+        settings: DrainSettings,
+        deadline: Deadline,
+        log: logging.Logger,
+        *,
+        until: float,
+    ) -> None:
+        self.api = api
+        self.pod = pod
+        self.settings = settings
+        self.deadline = deadline
+        self.log = log
+        self.until = until
+        self.selector = service_selector(settings.services)
+        self.tracker = SliceTracker(pod)
+        self.progress = _Progress(log, settings.progress_interval, until)
+
+    async def run(self) -> DrainResult:
+        started = trio.current_time()
+        failure: APIError | None = None
+        with trio.move_on_at(self.until) as scope:
+            try:
+                items, version = await self._list()
+            except APIError as exc:
+                return DrainResult(
+                    "fallback", reason=str(exc), waited=trio.current_time() - started
+                )
+            self.tracker.reset(items)
+            if not self.tracker.slices:
+                return DrainResult("nothing")
+            self.progress.report(self.tracker, force=True)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.progress.tick, self.tracker)
+                failure = await self._follow(version)
+                nursery.cancel_scope.cancel()
+        waited = trio.current_time() - started
+        if failure is not None:
+            return DrainResult("fallback", len(self.tracker.slices), str(failure), waited)
+        if scope.cancelled_caught:
+            return DrainResult("timeout", len(self.tracker.routing), waited=waited)
+        return DrainResult("drained", len(self.tracker.slices), waited=waited)
+
+    async def _list(self) -> tuple[list[dict[str, Any]], str]:
+        return await self.api.list_endpoint_slices(self.pod.namespace, self.selector, self.deadline)
+
+    async def _follow(self, version: str) -> APIError | None:
+        """Watch (again and again) until drained; the error that stopped it, if any."""
+        while not self.tracker.drained:
+            left = self.deadline.remaining_for_hooks()
+            seconds = max(1, min(int(self.settings.watch_timeout), int(left) + 1))
+            try:
+                version = await self._watch_once(version, seconds)
+            except APIError as exc:
+                if exc.status != 410:
+                    return exc
+                self.log.info("watch expired (410 Gone): listing the EndpointSlices again")
+                try:
+                    items, version = await self._list()
+                except APIError as relist_error:
+                    return relist_error
+                known = set(self.tracker.slices)
+                self.tracker.reset(items)
+                # A slice we followed that is gone now no longer routes to us.
+                for name in known - set(self.tracker.slices):
+                    self.tracker.slices[name] = False
+                self.progress.report(self.tracker)
+        return None
+
+    async def _watch_once(self, version: str, seconds: int) -> str:
+        """One watch request; returns the version to resume from."""
+        tracker = self.tracker
+        async with self.api.watch_endpoint_slices(
+            self.pod.namespace, self.selector, version, seconds
+        ) as events:
+            async for item in events:
+                if isinstance(item, APIError):
+                    raise item
+                obj = item["object"]
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                kind = item["type"]
+                if kind in ("ADDED", "MODIFIED"):
+                    tracker.update(obj)
+                elif kind == "DELETED":
+                    tracker.remove(obj)
+                else:
+                    continue  # BOOKMARK: only the version moves on
+                self.progress.report(tracker)
+                if tracker.drained:
+                    break
+        return version
+
+
+class _Progress:
+    """ "2 of 3 slices still route to this pod, 11.2 s left", when the
+    count changes and every ``interval`` seconds otherwise."""
+
+    def __init__(self, log: logging.Logger, interval: float, until: float) -> None:
+        self._log = log
+        self._interval = interval
+        self._total = 0
+        self._until = until
+        self._last_count = -1
+        self._last_time = -float("inf")
+
+    def report(self, tracker: SliceTracker, *, force: bool = False) -> None:
+        now = trio.current_time()
+        count = len(tracker.routing)
+        self._total = max(self._total, len(tracker.slices))
+        if count == 0:
+            return
+        if not force and count == self._last_count and now - self._last_time < self._interval:
+            return
+        self._last_count, self._last_time = count, now
+        self._log.info(
+            "%d of %d slices still route to this pod, %.1f s left (%s)",
+            count,
+            self._total,
+            max(0.0, self._until - now),
+            ", ".join(tracker.routing[:5]) + (", ..." if count > 5 else ""),
+        )
+
+    async def tick(self, tracker: SliceTracker) -> None:
+        while True:
+            await trio.sleep(self._interval)
+            self.report(tracker)

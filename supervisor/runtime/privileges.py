@@ -1,0 +1,461 @@
+"""Privileges of a supervised process: user, groups, capabilities, no_new_privs.
+
+Everything is decided in the parent, when the process is about to be spawned
+(so a changed /etc/passwd is seen on the next restart); the child, between
+fork and exec, only makes the system calls, in this order:
+
+1. drop capabilities from the bounding set, and from the inheritable set
+   (root regains every inheritable capability at exec, bounding set or not;
+   container runtimes before 2022 left that set full, CVE-2022-24769);
+2. with ``keep`` and a non-root target: raise the kept capabilities in the
+   inheritable set and set PR_SET_KEEPCAPS, so they survive the uid change;
+3. setgroups, setresgid, setresuid;
+4. raise the kept capabilities as ambient ones (a non-root process keeps
+   them across exec, e.g. NET_BIND_SERVICE for port 80);
+5. PR_SET_NO_NEW_PRIVS.
+
+python-prctl makes the prctl and capability calls; it has no ambient
+capabilities, so those (and capabilities newer than its table) go through
+libc's prctl directly.
+
+The child function must not import, log or take locks that another thread
+of the parent may hold: trio forks from a worker thread.  If a call fails
+anyway, it writes one line to the process's stderr and exits with status 126
+(CPython would otherwise replace the error with "Exception occurred in
+preexec_fn").  ``check_privileges`` catches the predictable failures before
+anything is spawned.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import grp
+import os
+import pwd
+import subprocess
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+import prctl
+
+from supervisor.config._model import ProcessSpec
+
+__all__ = [
+    "CAPABILITIES",
+    "PREEXEC_FAILED_STATUS",
+    "PrivilegeError",
+    "PrivilegePlan",
+    "check_privileges",
+    "plan_privileges",
+    "preexec_for",
+]
+
+PREEXEC_FAILED_STATUS = 126
+"""Exit status of a child whose privilege change failed ("cannot execute")."""
+
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_IS_SET = 1
+_PR_CAP_AMBIENT_RAISE = 2
+_CAP_SETGID = 6
+_CAP_SETUID = 7
+_CAP_SETPCAP = 8
+_CAP_CHECKPOINT_RESTORE = 40  # Linux 5.9; python-prctl 1.8.1 does not name it
+
+
+def _capability_table() -> dict[str, int]:
+    # python-prctl names CAP_LAST_CAP like a capability ("last_cap"); skip it.
+    table = {
+        name: int(getattr(prctl, "CAP_" + name.upper()))
+        for name in prctl.ALL_CAP_NAMES
+        if name != "last_cap" and not name.startswith("unknown_")
+    }
+    table.setdefault("checkpoint_restore", _CAP_CHECKPOINT_RESTORE)
+    return table
+
+
+CAPABILITIES: Mapping[str, int] = MappingProxyType(_capability_table())
+"""Capability numbers by lower-case name without ``cap_`` (``net_bind_service``)."""
+
+# Capabilities python-prctl accepts by number; any newer one the running
+# kernel has is dropped through libc.
+_PRCTL_KNOWN = frozenset(int(cap) for cap in prctl.ALL_CAPS)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.prctl.argtypes = (ctypes.c_int, *[ctypes.c_ulong] * 4)
+_libc.prctl.restype = ctypes.c_int
+
+
+def _raw_prctl(option: int, arg2: int, arg3: int = 0) -> None:
+    if _libc.prctl(option, arg2, arg3, 0, 0) == -1:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))
+
+
+class PrivilegeError(subprocess.SubprocessError):
+    """A spec's user, group or capabilities cannot be applied here.
+
+    ``str()`` is one line for the user.  A ``SubprocessError`` because it
+    is raised while preparing a spawn, where callers already catch those.
+    """
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PrivilegePlan:
+    """The system calls one spawn makes between fork and exec.
+
+    None or empty means "leave as it is".  ``problem`` is why the plan
+    cannot work in this process (not root, unmapped uid, ...), or None.
+    """
+
+    uid: int | None = None
+    gid: int | None = None
+    groups: tuple[int, ...] | None = None
+    bounding_drop: tuple[int, ...] = ()
+    inheritable_drop: tuple[int, ...] = ()
+    inheritable_raise: tuple[int, ...] = ()
+    keepcaps: bool = False
+    ambient: tuple[int, ...] = ()
+    no_new_privs: bool = False
+    problem: str | None = None
+    label: str = "process"
+
+    @property
+    def needed(self) -> bool:
+        return any(
+            (
+                self.uid is not None,
+                self.gid is not None,
+                self.groups is not None,
+                self.bounding_drop,
+                self.inheritable_drop,
+                self.inheritable_raise,
+                self.ambient,
+                self.no_new_privs,
+            )
+        )
+
+    def preexec(self) -> Callable[[], None]:
+        """The function to pass as ``preexec_fn``."""
+        # Bind everything now: the child only calls what is bound here.
+        prctl_drop = tuple(cap for cap in self.bounding_drop if cap in _PRCTL_KNOWN)
+        raw_drop = tuple(cap for cap in self.bounding_drop if cap not in _PRCTL_KNOWN)
+        inheritable = (
+            (list(self.inheritable_drop), prctl.CAP_INHERITABLE, False),
+            (list(self.inheritable_raise), prctl.CAP_INHERITABLE, True),
+        )
+        change_inheritable = bool(self.inheritable_drop or self.inheritable_raise)
+        keepcaps, groups, gid, uid = self.keepcaps, self.groups, self.gid, self.uid
+        ambient, no_new_privs = self.ambient, self.no_new_privs
+        capbset_drop, set_caps = prctl.capbset.drop, prctl.set_caps
+        set_keepcaps, set_no_new_privs = prctl.set_keepcaps, prctl.set_no_new_privs
+        setgroups, setresgid, setresuid = os.setgroups, os.setresgid, os.setresuid
+        raw_prctl, write, strerror, exit_now = _raw_prctl, os.write, os.strerror, os._exit
+        prefix = f"supervisor: {self.label}: cannot drop privileges: ".encode()
+        steps = (
+            b"bounding set",
+            b"inheritable capabilities",
+            b"PR_SET_KEEPCAPS",
+            b"setgroups",
+            b"setresgid",
+            b"setresuid",
+            b"ambient capabilities",
+            b"PR_SET_NO_NEW_PRIVS",
+        )
+
+        def drop_privileges() -> None:
+            step = 0
+            try:
+                if prctl_drop:
+                    capbset_drop(*prctl_drop)
+                for cap in raw_drop:
+                    raw_prctl(_PR_CAPBSET_DROP, cap)
+                step = 1
+                if change_inheritable:
+                    set_caps(*inheritable)
+                step = 2
+                if keepcaps:
+                    set_keepcaps(True)
+                step = 3
+                if groups is not None:
+                    setgroups(groups)
+                step = 4
+                if gid is not None:
+                    setresgid(gid, gid, gid)
+                step = 5
+                if uid is not None:
+                    setresuid(uid, uid, uid)
+                step = 6
+                for cap in ambient:
+                    raw_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, cap)
+                step = 7
+                if no_new_privs:
+                    set_no_new_privs(True)
+            except Exception as exc:  # anything: never exec half-dropped
+                reason = strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else str(exc)
+                try:
+                    write(2, prefix + steps[step] + b": " + reason.encode() + b"\n")
+                finally:
+                    exit_now(PREEXEC_FAILED_STATUS)
+
+        return drop_privileges
+
+
+def plan_privileges(spec: ProcessSpec) -> PrivilegePlan:
+    """Resolve ``spec``'s user, group and capabilities against this process.
+
+    Raises PrivilegeError for what is wrong whatever the environment (an
+    unknown user, group or capability); ``problem`` of the result tells what
+    cannot work in this process.
+    """
+    state = _State.read()
+    uid, gid, groups, wanted = _resolve_ids(spec)
+    caps = spec.capabilities
+    drop: set[int] = set()
+    keep: set[int] = set()
+    if caps is not None:
+        everything = set(range(state.last_cap + 1)) | set(CAPABILITIES.values())
+        keep = {_capability(name) for name in caps.keep}
+        named_drop = {_capability(name) for name in caps.drop if name != "all"}
+        if both := sorted(named_drop & keep):
+            names = ", ".join(_capability_name(cap) for cap in both)
+            raise PrivilegeError(f"capabilities both dropped and kept: {names}")
+        drop = everything if "all" in caps.drop else named_drop
+        if keep:
+            drop |= everything - keep
+        drop -= keep
+
+    final_uid = uid if uid is not None else state.euid
+    ambient = tuple(sorted(keep)) if keep and final_uid != 0 else ()
+    plan = PrivilegePlan(
+        uid=uid if uid is not None and state.uids != (uid, uid, uid) else None,
+        gid=gid if gid is not None and state.gids != (gid, gid, gid) else None,
+        groups=groups if groups is not None and set(groups) != set(state.groups) else None,
+        bounding_drop=tuple(sorted(cap for cap in drop if state.bounding >> cap & 1)),
+        inheritable_drop=tuple(sorted(cap for cap in drop if state.inheritable >> cap & 1)),
+        inheritable_raise=tuple(cap for cap in ambient if not state.inheritable >> cap & 1),
+        keepcaps=bool(ambient) and uid is not None and 0 in state.uids and uid != 0,
+        ambient=ambient,
+        no_new_privs=spec.no_new_privs,
+        label=spec.name,
+    )
+    problem = _problem(plan, state, wanted)
+    return dataclasses.replace(plan, problem=problem) if problem else plan
+
+
+def check_privileges(spec: ProcessSpec) -> str | None:
+    """Why ``spec``'s privilege settings cannot work here, or None.
+
+    For a clear message before anything starts ("changing the user needs
+    root ..."), instead of a child that exits 126.
+    """
+    try:
+        return plan_privileges(spec).problem
+    except PrivilegeError as exc:
+        return str(exc)
+
+
+def preexec_for(spec: ProcessSpec) -> Callable[[], None] | None:
+    """The ``preexec_fn`` that applies ``spec``'s privileges, or None when
+    there is nothing to change.  Raises PrivilegeError (see
+    ``check_privileges``) when they cannot be applied here."""
+    plan = plan_privileges(spec)
+    if plan.problem:
+        raise PrivilegeError(plan.problem)
+    return plan.preexec() if plan.needed else None
+
+
+# -- resolution -----------------------------------------------------------------
+
+
+def _resolve_ids(
+    spec: ProcessSpec,
+) -> tuple[int | None, int | None, tuple[int, ...] | None, str]:
+    """uid, gid and supplementary groups to switch to, and the spec's words
+    for them (for messages)."""
+    if spec.user is None and spec.group is None:
+        return None, None, None, ""
+    entry: pwd.struct_passwd | None
+    if spec.user is None:
+        uid = None
+        entry = _passwd_by_uid(os.geteuid())
+    else:
+        uid, entry = _user(spec.user)
+    if spec.group is not None:
+        gid = _group(spec.group)
+    elif entry is not None:
+        gid = entry.pw_gid
+    else:
+        # A numeric user without a passwd entry (OpenShift's random uids,
+        # scratch images): its own number as group rather than root's group,
+        # which it would otherwise keep.
+        assert uid is not None
+        gid = uid
+    groups = os.getgrouplist(entry.pw_name, gid) if entry is not None else [gid]
+    wanted = " ".join(
+        part
+        for part in (
+            f"user {spec.user!r}" if spec.user is not None else "",
+            f"group {spec.group!r}" if spec.group is not None else "",
+        )
+        if part
+    )
+    return uid, gid, tuple(dict.fromkeys(groups)), wanted
+
+
+def _user(text: str) -> tuple[int, pwd.struct_passwd | None]:
+    if text.isdigit():
+        uid = int(text)
+        return uid, _passwd_by_uid(uid)
+    try:
+        entry = pwd.getpwnam(text)
+    except KeyError:
+        raise PrivilegeError(f"user {text!r} does not exist (not in the passwd database)") from None
+    return entry.pw_uid, entry
+
+
+def _passwd_by_uid(uid: int) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwuid(uid)
+    except KeyError:
+        return None
+
+
+def _group(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    try:
+        return grp.getgrnam(text).gr_gid
+    except KeyError:
+        raise PrivilegeError(f"group {text!r} does not exist (not in the group database)") from None
+
+
+def _capability(name: str) -> int:
+    key = name.lower().removeprefix("cap_")
+    try:
+        return CAPABILITIES[key]
+    except KeyError:
+        raise PrivilegeError(f"unknown capability {name!r}") from None
+
+
+def _capability_name(cap: int) -> str:
+    names = (name for name, number in CAPABILITIES.items() if number == cap)
+    return next(names, f"capability {cap}")
+
+
+# -- what this process may do ---------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _State:
+    """This process's credentials, as the kernel reports them."""
+
+    uids: tuple[int, int, int]
+    gids: tuple[int, int, int]
+    groups: tuple[int, ...]
+    effective: int
+    permitted: int
+    inheritable: int
+    bounding: int
+    last_cap: int
+    uid_map: tuple[tuple[int, int], ...]  # (first, count) inside this namespace
+    gid_map: tuple[tuple[int, int], ...]
+    setgroups_allowed: bool
+
+    @property
+    def euid(self) -> int:
+        return self.uids[1]
+
+    @classmethod
+    def read(cls) -> _State:
+        status = dict(
+            line.split(":\t", 1)
+            for line in _read("/proc/self/status", "").splitlines()
+            if ":\t" in line
+        )
+        caps = {
+            key: int(status.get(key, "0"), 16) for key in ("CapEff", "CapPrm", "CapInh", "CapBnd")
+        }
+        last = _read("/proc/sys/kernel/cap_last_cap", "").strip()
+        return cls(
+            uids=os.getresuid(),
+            gids=os.getresgid(),
+            groups=tuple(os.getgroups()),
+            effective=caps["CapEff"],
+            permitted=caps["CapPrm"],
+            inheritable=caps["CapInh"],
+            bounding=caps["CapBnd"],
+            last_cap=int(last) if last.isdigit() else max(CAPABILITIES.values()),
+            uid_map=_id_map("/proc/self/uid_map"),
+            gid_map=_id_map("/proc/self/gid_map"),
+            setgroups_allowed=_read("/proc/self/setgroups", "allow").strip() != "deny",
+        )
+
+    def has(self, cap: int) -> bool:
+        return bool(self.effective >> cap & 1)
+
+
+def _read(path: str, default: str) -> str:
+    try:
+        with open(path) as file:
+            return file.read()
+    except OSError:
+        return default
+
+
+def _id_map(path: str) -> tuple[tuple[int, int], ...]:
+    ranges = []
+    for line in _read(path, "0 0 4294967295").splitlines():
+        fields = line.split()
+        if len(fields) == 3:
+            ranges.append((int(fields[0]), int(fields[2])))
+    return tuple(ranges)
+
+
+def _mapped(ident: int, ranges: tuple[tuple[int, int], ...]) -> bool:
+    return any(first <= ident < first + count for first, count in ranges)
+
+
+def _problem(plan: PrivilegePlan, state: _State, wanted: str) -> str | None:
+    who = f"uid {state.euid}"
+    unmapped = "is not mapped in the supervisor's user namespace"
+    if plan.uid is not None:
+        if not state.has(_CAP_SETUID):
+            return (
+                f"{wanted}: changing the user needs root (CAP_SETUID); "
+                f"the supervisor runs as {who} without it"
+            )
+        if not _mapped(plan.uid, state.uid_map):
+            return f"{wanted}: uid {plan.uid} {unmapped} (/proc/self/uid_map)"
+    if plan.gid is not None or plan.groups is not None:
+        if not state.has(_CAP_SETGID):
+            return (
+                f"{wanted}: changing groups needs root (CAP_SETGID); "
+                f"the supervisor runs as {who} without it"
+            )
+        gids = [g for g in (plan.gid, *(plan.groups or ())) if g is not None]
+        for gid in gids:
+            if not _mapped(gid, state.gid_map):
+                return f"{wanted}: gid {gid} {unmapped} (/proc/self/gid_map)"
+        if plan.groups is not None and not state.setgroups_allowed:
+            return (
+                f"{wanted}: supplementary groups cannot be changed in this user namespace "
+                "(/proc/self/setgroups is deny)"
+            )
+    if plan.bounding_drop and not state.has(_CAP_SETPCAP):
+        return f"dropping capabilities needs CAP_SETPCAP, which the supervisor ({who}) lacks"
+    missing = [cap for cap in plan.ambient if not (state.permitted & state.bounding) >> cap & 1]
+    if missing:
+        return f"cannot keep {_capability_name(missing[0])}: the supervisor does not have it itself"
+    if plan.ambient and not _ambient_supported():
+        return "keeping capabilities for a non-root user needs Linux 4.3 or newer (ambient set)"
+    return None
+
+
+def _ambient_supported() -> bool:
+    try:
+        _raw_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_IS_SET, 0)
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,313 @@
+"""Readiness checks: when a started process is ready for its dependents.
+
+``wait_ready`` probes until the check passes and only ever returns then; the
+caller owns the time limit (``trio.fail_after(check.timeout)``) and cancels
+the wait when the process exits first.  Every probe is bounded on its own, so
+one hung connection or command cannot eat the whole start-up timeout.
+
+The exec probe is spawned and waited for by trio (pidfd, by PID): nothing here
+reaps any other child.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import logging
+import os
+import shlex
+import signal
+import socket
+import ssl
+import subprocess
+from collections.abc import Mapping
+from functools import cache
+from urllib.parse import unquote, urlsplit
+
+import trio
+
+from supervisor._units import format_duration, signal_name
+from supervisor.config._model import ReadyCheck
+
+__all__ = ["ReadyProbe", "describe", "parse_host_port", "wait_ready"]
+
+log = logging.getLogger("supervisor.readiness")
+
+# Per-probe limits, in seconds.  A connect to a listening socket on this
+# host takes microseconds; a health endpoint or a check command gets longer,
+# as with kubelet's probes (whose default timeout, 1 s, is too tight for a
+# command that starts an interpreter).
+CONNECT_TIMEOUT = 1.0
+HTTP_TIMEOUT = 2.0
+EXEC_TIMEOUT = 10.0
+
+_USER_AGENT = "pid1-supervisor readiness probe"
+# HTTP probes run blocking http.client calls in threads: their own limiter
+# keeps a stuck endpoint from starving trio's default one, which every
+# process spawn also needs.
+_HTTP_THREADS = trio.CapacityLimiter(4)
+
+
+def describe(check: ReadyCheck) -> str:
+    """One phrase for logs and plans: ``tcp 127.0.0.1:8080 accepts connections``."""
+    kind = check.kind
+    if kind == "socket":
+        return f"socket {_path(check)} accepts connections"
+    if kind == "tcp":
+        return f"tcp {_text(check)} accepts connections"
+    if kind == "http":
+        return f"http GET {_text(check)} answers 2xx/3xx"
+    if kind == "exec":
+        return f"exec `{shlex.join(_argv(check))}` exits 0"
+    if kind == "file":
+        return f"file {_path(check)} exists"
+    return f"after {format_duration(_seconds(check))}"
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    """Split ``host:port`` or ``[v6-address]:port``; ValueError says what is wrong."""
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+        if not sep or not host:
+            raise ValueError(f"invalid address {text!r}: use [IPv6-address]:port, e.g. [::1]:8080")
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"invalid address {text!r}: use host:port, e.g. 127.0.0.1:8080")
+        if ":" in host:
+            raise ValueError(
+                f"invalid address {text!r}: put an IPv6 address in brackets, [::1]:8080"
+            )
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"invalid port in {text!r}: use a number from 1 to 65535")
+    return host, int(port)
+
+
+class ReadyProbe:
+    """A readiness check bound to a process's environment and directory.
+
+    ``env`` and ``cwd`` are the process's: the exec probe runs with them,
+    and relative socket/file paths are taken from ``cwd``.  After a wait that
+    timed out, ``last_failure`` tells why the last probe failed
+    ("connection refused", "HTTP 503", "exited with 1") for the message.
+    """
+
+    def __init__(
+        self,
+        check: ReadyCheck,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        self.check = check
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.attempts = 0
+        self.last_failure: str | None = None
+
+    async def wait(self) -> None:
+        """Return once the check passes, probing again ``check.interval``
+        seconds after each failed probe; never return otherwise."""
+        check = self.check
+        if check.kind == "after":
+            await trio.sleep(_seconds(check))
+            return
+        while True:
+            failure = await self.probe()
+            if failure is None:
+                return
+            if failure != self.last_failure:
+                log.debug("%s: not yet (%s)", describe(check), failure)
+            self.last_failure = failure
+            await trio.sleep(check.interval)
+
+    async def probe(self) -> str | None:
+        """Probe once: None when the check passes, else why it did not."""
+        self.attempts += 1
+        kind = self.check.kind
+        if kind == "socket":
+            return await self._probe_socket()
+        if kind == "tcp":
+            return await self._probe_tcp()
+        if kind == "http":
+            return await self._probe_http()
+        if kind == "exec":
+            return await self._probe_exec()
+        if kind == "file":
+            # A plain stat, not a thread: the marker files this is meant for
+            # live on local disks, and a thread per probe would let trio's
+            # MockClock jump past the probe in tests.
+            return None if os.path.exists(self._resolve(_path(self.check))) else "does not exist"
+        return None  # "after" has nothing to probe
+
+    def _resolve(self, path: str) -> str:
+        return os.path.join(self.cwd, path) if self.cwd else path
+
+    async def _probe_socket(self) -> str | None:
+        path = _path(self.check)
+        # "@name" is a socket in the abstract namespace, as ss(8) shows it.
+        address = "\0" + path[1:] if path.startswith("@") else self._resolve(path)
+        with trio.move_on_after(CONNECT_TIMEOUT):
+            try:
+                stream = await trio.open_unix_socket(address)
+            except OSError as exc:
+                return _reason(exc)
+            await stream.aclose()
+            return None
+        return f"no connection within {format_duration(CONNECT_TIMEOUT)}"
+
+    async def _probe_tcp(self) -> str | None:
+        host, port = parse_host_port(_text(self.check))
+        with trio.move_on_after(CONNECT_TIMEOUT):
+            try:
+                stream = await trio.open_tcp_stream(host, port)
+            except OSError as exc:
+                return _reason(exc)
+            await stream.aclose()
+            return None
+        return f"no connection within {format_duration(CONNECT_TIMEOUT)}"
+
+    async def _probe_http(self) -> str | None:
+        url = _text(self.check)
+        with trio.move_on_after(HTTP_TIMEOUT):
+            try:
+                status = await trio.to_thread.run_sync(
+                    _http_status, url, HTTP_TIMEOUT, abandon_on_cancel=True, limiter=_HTTP_THREADS
+                )
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                return _reason(exc)
+            return None if 200 <= status < 400 else f"HTTP {status}"
+        return f"no answer within {format_duration(HTTP_TIMEOUT)}"
+
+    async def _probe_exec(self) -> str | None:
+        argv = _argv(self.check)
+        with trio.move_on_after(EXEC_TIMEOUT):
+            try:
+                result = await trio.run_process(
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    check=False,
+                    env=self.env,
+                    cwd=self.cwd,
+                    # Its own group, so that a timeout also kills whatever
+                    # the check command started (a shell's children).
+                    process_group=0,
+                    deliver_cancel=_kill_group,
+                )
+            except FileNotFoundError as exc:
+                missing = exc.filename if exc.filename is not None else argv[0]
+                if missing == self.cwd:
+                    return f"working directory {missing} does not exist"
+                return f"{missing}: command not found"
+            except OSError as exc:
+                return f"{argv[0]}: {_reason(exc)}"
+            code = result.returncode
+            if code == 0:
+                return None
+            if code < 0:
+                return f"killed by {signal_name(-code)}"
+            return f"exited with {code}"
+        return f"did not finish within {format_duration(EXEC_TIMEOUT)} (killed)"
+
+
+async def wait_ready(
+    check: ReadyCheck,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> None:
+    """Return once ``check`` passes; never return otherwise.
+
+    Probes every ``check.interval`` (see ``ReadyProbe.wait``).  The caller
+    bounds the wait with ``trio.fail_after(check.timeout)`` and cancels it if
+    the process exits; use ``ReadyProbe`` directly to also learn why the last
+    probe failed.
+    """
+    await ReadyProbe(check, env=env, cwd=cwd).wait()
+
+
+async def _kill_group(process: trio.Process) -> None:
+    # Runs before trio waits for the process, so the group id (the
+    # still-unreaped leader's PID) cannot have been reused yet.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _http_status(url: str, timeout: float) -> int:
+    """GET ``url`` without following redirects; return the status code."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url}")
+    connection: http.client.HTTPConnection
+    if parts.scheme == "https":
+        connection = http.client.HTTPSConnection(
+            parts.hostname, parts.port, timeout=timeout, context=_unverified_tls()
+        )
+    else:
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    headers = {"User-Agent": _USER_AGENT, "Accept": "*/*", "Connection": "close"}
+    if parts.username is not None:
+        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode()
+    try:
+        connection.request("GET", path, headers=headers)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+@cache
+def _unverified_tls() -> ssl.SSLContext:
+    # Like kubelet's HTTPS probes: the process's own endpoint usually has a
+    # self-signed or cluster-internal certificate, and a probe sends nothing
+    # secret; it only asks whether the server answers.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _reason(exc: BaseException) -> str:
+    """"connection refused" rather than "[Errno 111] Connection refused"."""
+    if isinstance(exc, TimeoutError) and not exc.strerror:
+        return "timed out"
+    # trio.open_tcp_stream wraps the errors of each address it tried.
+    if isinstance(exc.__cause__, BaseExceptionGroup):
+        exc = exc.__cause__.exceptions[0]
+    if isinstance(exc, OSError) and (exc.errno or exc.strerror):
+        # The errno's own text: trio puts the address in front of strerror.
+        # (getaddrinfo's errors have their own numbers: keep their text.)
+        if exc.errno and not isinstance(exc, socket.gaierror):
+            text = os.strerror(exc.errno)
+        else:
+            text = str(exc.strerror)
+        return text[:1].lower() + text[1:]
+    return str(exc) or type(exc).__name__
+
+
+def _text(check: ReadyCheck) -> str:
+    if not isinstance(check.target, str):
+        raise TypeError(f"a {check.kind} ready check needs a string target, got {check.target!r}")
+    return check.target
+
+
+def _path(check: ReadyCheck) -> str:
+    return _text(check)
+
+
+def _argv(check: ReadyCheck) -> tuple[str, ...]:
+    if not isinstance(check.target, tuple) or not check.target:
+        raise TypeError(f"an exec ready check needs an argv tuple, got {check.target!r}")
+    return check.target
+
+
+def _seconds(check: ReadyCheck) -> float:
+    if isinstance(check.target, bool) or not isinstance(check.target, int | float):
+        raise TypeError(f"an after ready check needs seconds, got {check.target!r}")
+    return float(check.target)

@@ -1,0 +1,91 @@
+"""The ``libvirt`` plugin: shut libvirt guests down before libvirtd stops.
+
+SIGTERM to libvirtd leaves QEMU running, and libvirt-guests asks once and
+never destroys.  This plugin, in the shutdown plan right before the
+supervised libvirtd gets its stop signal (or in pre_stop when libvirtd runs
+elsewhere), presses every selected guest's ACPI power button, presses again
+every ``resend_interval`` (a press during boot is lost), and destroys what is
+still running when its time is up; or saves guests with ``mode:
+managedsave``.  A background enforcer destroys domains whose requested
+shutdown (``requested-at`` in their metadata) outlived its grace::
+
+    plugins:
+      libvirt:
+        process: libvirtd           # the supervised daemon (optional)
+        uri: qemu:///system
+        mode: shutdown              # or managedsave
+        shutdown_timeout: 60s       # capped by the pod's grace period
+        resend_interval: 5s
+        enforcer: {resync_interval: 1m, grace: 5m}
+
+Operators: ``supervisor libvirt request-shutdown DOMAIN --grace 60s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from supervisor import Config, Context, Deadline, ProcessInfo, Settings, hookimpl
+
+from ._settings import LibvirtSettings, parse
+
+__all__ = ["LibvirtSettings"]
+
+
+@hookimpl
+def supervisor_configure(settings: Settings, config: Config) -> LibvirtSettings:
+    parsed = parse(settings, config)
+    from ._binding import LibvirtFailure, libvirt_module  # noqa: PLC0415 - only when enabled
+
+    try:
+        libvirt_module()
+    except LibvirtFailure as exc:
+        settings.error(None, f"{exc} (install libvirt-python and libvirt0)")
+    return parsed
+
+
+@hookimpl
+def supervisor_add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ._cli import add_commands  # noqa: PLC0415
+
+    add_commands(subparsers)
+
+
+@hookimpl
+async def supervisor_background(ctx: Context) -> None:
+    settings = _settings(ctx)
+    if not settings.enforcer.enabled:
+        return
+    from ._connection import Hypervisor  # noqa: PLC0415
+    from ._enforcer import Enforcer  # noqa: PLC0415
+
+    async with Hypervisor(settings.uri, ctx.log) as hv:
+        await Enforcer(hv, settings, ctx.log).run()
+
+
+@hookimpl
+async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> None:
+    settings = _settings(ctx)
+    if settings.process is not None and process.name == settings.process:
+        await _shut_down(ctx, settings, deadline, "before_process_stop")
+
+
+@hookimpl
+async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
+    settings = _settings(ctx)
+    if settings.process is None:
+        await _shut_down(ctx, settings, deadline, "pre_stop")
+
+
+async def _shut_down(ctx: Context, settings: LibvirtSettings, deadline: Deadline, phase: str) -> None:
+    from ._connection import Hypervisor  # noqa: PLC0415
+    from ._shutdown import shut_down_all  # noqa: PLC0415
+
+    async with Hypervisor(settings.uri, ctx.log, threads=max(32, settings.max_parallel * 2)) as hv:
+        await shut_down_all(hv, settings, deadline, ctx.timeline, phase=phase, plugin=ctx.plugin, log=ctx.log)
+
+
+def _settings(ctx: Context) -> LibvirtSettings:
+    if not isinstance(ctx.settings, LibvirtSettings):
+        raise TypeError(f"unexpected settings for the libvirt plugin: {ctx.settings!r}")
+    return ctx.settings

@@ -1,0 +1,183 @@
+"""``supervisor libvirt ...``: operators' commands for shutdown requests.
+
+``request-shutdown`` marks domains the way a provider does (``requested-at``
+in their live metadata) and sends the first graceful request; the running
+supervisor's enforcer then re-sends it and destroys the domain once the grace
+has passed.  A repeated request keeps the first ``requested-at`` (as repeated
+deletes keep their deletion time) unless ``--reset`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from supervisor._units import format_duration, parse_duration
+
+from . import _domains as ops
+from ._binding import (
+    FLAGS_REJECTED,
+    NO_DOMAIN,
+    OPERATION_INVALID,
+    SHUTDOWN_ACPI_POWER_BTN,
+    SHUTDOWN_DEFAULT,
+    SHUTDOWN_GUEST_AGENT,
+    LibvirtFailure,
+    guarded,
+    libvirt_module,
+)
+from ._metadata import ShutdownRequest, format_time
+from ._settings import DEFAULT_URI
+
+__all__ = ["add_commands"]
+
+EXIT_FAILURE = 1
+
+
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "libvirt", help="libvirt guests: request, cancel and list shutdown requests",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    commands = parser.add_subparsers(dest="libvirt_command", metavar="COMMAND", required=True)
+
+    request = commands.add_parser(
+        "request-shutdown", help="mark domains for shutdown; the enforcer destroys them after --grace",
+    )
+    request.add_argument("domains", nargs="+", metavar="DOMAIN")
+    _uri(request)
+    request.add_argument("--grace", type=_duration, help="time the guest gets before it is destroyed (default: the enforcer's grace)")
+    request.add_argument("--guest-agent", action="store_true", help="shut down through the QEMU guest agent (ACPI as fallback)")
+    request.add_argument("--reset", action="store_true", help="restart the grace from now instead of keeping the first request's time")
+    request.add_argument("--no-press", action="store_true", help="only mark the domain; let the enforcer send the request")
+    request.set_defaults(handler=request_shutdown)
+
+    cancel = commands.add_parser("cancel-shutdown", help="remove domains' shutdown requests")
+    cancel.add_argument("domains", nargs="+", metavar="DOMAIN")
+    _uri(cancel)
+    cancel.set_defaults(handler=cancel_shutdown)
+
+    show = commands.add_parser("requests", help="list running domains with a shutdown request and their time left")
+    _uri(show)
+    show.set_defaults(handler=list_requests)
+
+
+def _uri(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--uri", "-c", default=os.environ.get("LIBVIRT_DEFAULT_URI", DEFAULT_URI),
+        help="libvirt connection URI (default: $LIBVIRT_DEFAULT_URI or %(default)s)",
+    )
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _connected(args: argparse.Namespace, action: Callable[[Any], int]) -> int:
+    try:
+        libvirt = libvirt_module()
+        conn = guarded(lambda: libvirt.open(args.uri))
+    except LibvirtFailure as exc:
+        print(f"supervisor libvirt: cannot connect to {args.uri}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    try:
+        return action(conn)
+    finally:
+        try:
+            conn.close()
+        except libvirt.libvirtError:
+            pass
+
+
+def request_shutdown(args: argparse.Namespace) -> int:
+    def action(conn: Any) -> int:
+        status = 0
+        now = time.time()
+        for name in args.domains:
+            try:
+                uuid, old = guarded(lambda name=name: ops.get_request(name)(conn))
+            except (LibvirtFailure, ValueError) as exc:
+                if isinstance(exc, ValueError):  # unreadable old request: replace it
+                    uuid, old = "", None
+                else:
+                    print(f"supervisor libvirt: {name}: {exc}", file=sys.stderr)
+                    status = EXIT_FAILURE
+                    continue
+            keep = old is not None and old.requested_at is not None and not args.reset
+            request = ShutdownRequest(
+                requested_at=old.requested_at if keep and old is not None else now,
+                grace=args.grace if args.grace is not None else (old.grace if old is not None else None),
+                guest_agent=args.guest_agent or (old is not None and old.guest_agent),
+            )
+            try:
+                guarded(lambda name=name, request=request: ops.set_request(name, request)(conn))
+                uuid = uuid or guarded(lambda name=name: conn.lookupByName(name).UUIDString())
+            except LibvirtFailure as exc:
+                print(f"supervisor libvirt: {name}: cannot write the request: {exc}", file=sys.stderr)
+                status = EXIT_FAILURE
+                continue
+            assert request.requested_at is not None
+            grace = "the enforcer's grace" if request.grace is None else format_duration(request.grace)
+            print(f"{name}: shutdown requested at {format_time(request.requested_at)}, grace {grace}")
+            if not args.no_press:
+                _press(conn, name, uuid, request.guest_agent)
+        return status
+
+    return _connected(args, action)
+
+
+def _press(conn: Any, name: str, uuid: str, agent: bool) -> None:
+    flags = SHUTDOWN_ACPI_POWER_BTN | (SHUTDOWN_GUEST_AGENT if agent else 0)
+    for attempt in (flags, SHUTDOWN_DEFAULT):
+        try:
+            guarded(lambda attempt=attempt: ops.shutdown(uuid, attempt)(conn))
+            return
+        except LibvirtFailure as exc:
+            if exc.code in FLAGS_REJECTED and attempt != SHUTDOWN_DEFAULT:
+                continue
+            if exc.code not in (NO_DOMAIN, OPERATION_INVALID):
+                print(f"supervisor libvirt: {name}: shutdown request failed: {exc}", file=sys.stderr)
+            return
+
+
+def cancel_shutdown(args: argparse.Namespace) -> int:
+    def action(conn: Any) -> int:
+        status = 0
+        for name in args.domains:
+            try:
+                guarded(lambda name=name: ops.set_request(name, None)(conn))
+            except LibvirtFailure as exc:
+                print(f"supervisor libvirt: {name}: {exc}", file=sys.stderr)
+                status = EXIT_FAILURE
+                continue
+            print(f"{name}: shutdown request removed")
+        return status
+
+    return _connected(args, action)
+
+
+def list_requests(args: argparse.Namespace) -> int:
+    def action(conn: Any) -> int:
+        try:
+            domains = guarded(lambda: ops.list_domains()(conn))
+        except LibvirtFailure as exc:
+            print(f"supervisor libvirt: cannot list domains: {exc}", file=sys.stderr)
+            return EXIT_FAILURE
+        now = time.time()
+        for domain in domains:
+            if domain.request_error is not None:
+                print(f"{domain.name}\tinvalid request: {domain.request_error}")
+            elif domain.request.requested_at is not None:
+                grace = "default grace" if domain.request.grace is None else f"grace {format_duration(domain.request.grace)}"
+                age = format_duration(max(0.0, now - domain.request.requested_at))
+                print(f"{domain.name}\trequested at {format_time(domain.request.requested_at)} ({age} ago, {grace})")
+        return 0
+
+    return _connected(args, action)

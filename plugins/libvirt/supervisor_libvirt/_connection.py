@@ -1,0 +1,226 @@
+"""One libvirt connection, shared by every task: threads, events, reconnects.
+
+Every libvirt call blocks, so each runs in a worker thread
+(``trio.to_thread.run_sync(..., abandon_on_cancel=True)``): a deadline or a
+second SIGTERM cancels the waiting task at once even if libvirtd hangs, and
+the thread finishes on its own.  When libvirtd stops or restarts, the next
+call reconnects (at most once per ``retry_interval``), so a restarted daemon
+is picked up again within the same shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import trio
+
+from ._binding import LibvirtFailure, failure, libvirt_module
+from ._events import ensure_event_loop
+
+__all__ = ["Hypervisor"]
+
+T = TypeVar("T")
+
+# virDomainEventID / virDomainEventType values.
+_EVENT_ID_LIFECYCLE = 0
+_EVENT_UNDEFINED = 1
+_EVENT_STOPPED = 5
+_CLOSE_TIMEOUT = 2.0
+_CLOSE_REASONS = {0: "error", 1: "end of file", 2: "keepalive timeout", 3: "closed by client"}
+
+
+class Hypervisor:
+    """A reconnecting libvirt connection with lifecycle events.
+
+    ``call(op)`` runs ``op(conn)`` in a worker thread and raises
+    LibvirtFailure; ``stopped(uuid)`` is a trio.Event set when libvirt reports
+    that domain stopped (or undefined).  Events only wake the waiters early:
+    callers still confirm by asking for the domain's state, since events are
+    lost while the connection is down.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        log: logging.Logger,
+        *,
+        threads: int = 16,
+        retry_interval: float = 1.0,
+        keepalive: tuple[int, int] = (5, 3),
+    ) -> None:
+        self.uri = uri
+        self.log = log
+        self.retry_interval = retry_interval
+        self.keepalive = keepalive
+        self.limiter = trio.CapacityLimiter(threads)
+        self._conn: Any = None
+        # Counts connections, so that a late notice about an old one is ignored.
+        self._generation = 0
+        self._callback_id: int | None = None
+        self._connect_lock = trio.Lock()
+        self._last_failure: tuple[float, LibvirtFailure] | None = None
+        self._lost_reported = False
+        self._stopped: dict[str, trio.Event] = {}
+        self._token: trio.lowlevel.TrioToken | None = None
+
+    async def __aenter__(self) -> Hypervisor:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------
+
+    async def call(self, op: Callable[[Any], T]) -> T:
+        """Run ``op(conn)`` in a worker thread; reconnect first if needed."""
+        conn = await self._connection()
+        generation = self._generation
+        libvirt = libvirt_module()
+
+        def run() -> T:
+            try:
+                return op(conn)
+            except libvirt.libvirtError as exc:
+                alive = False
+                try:
+                    alive = bool(conn.isAlive())
+                except libvirt.libvirtError:
+                    pass
+                raise failure(exc, connection_lost=not alive) from None
+
+        try:
+            return await trio.to_thread.run_sync(run, abandon_on_cancel=True, limiter=self.limiter)
+        except LibvirtFailure as exc:
+            if exc.connection_lost:
+                self._lost(generation, str(exc))
+            raise
+
+    def stopped(self, uuid: str) -> trio.Event:
+        """An event set once libvirt reports that the domain stopped."""
+        event = self._stopped.get(uuid)
+        if event is None:
+            event = self._stopped[uuid] = trio.Event()
+        return event
+
+    def forget(self, uuid: str) -> None:
+        self._stopped.pop(uuid, None)
+
+    async def aclose(self) -> None:
+        """Close the connection; shielded but bounded, so that a cancelled
+        hook still releases it and a hung daemon cannot hold the hook."""
+        conn, self._conn = self._conn, None
+        callback_id, self._callback_id = self._callback_id, None
+        if conn is None:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT):
+            await trio.to_thread.run_sync(self._close, conn, callback_id, abandon_on_cancel=True)
+
+    # ------------------------------------------------------------------
+
+    async def _connection(self) -> Any:
+        async with self._connect_lock:
+            if self._conn is not None:
+                return self._conn
+            now = trio.current_time()
+            if self._last_failure is not None and now - self._last_failure[0] < self.retry_interval:
+                raise self._last_failure[1]
+            self._token = trio.lowlevel.current_trio_token()
+            generation = self._generation + 1
+            try:
+                conn, callback_id = await trio.to_thread.run_sync(
+                    self._open, generation, abandon_on_cancel=True, limiter=self.limiter
+                )
+            except LibvirtFailure as exc:
+                self._last_failure = (trio.current_time(), exc)
+                if not self._lost_reported:
+                    self.log.warning("cannot connect to %s: %s", self.uri, exc)
+                    self._lost_reported = True
+                raise
+            if self._lost_reported:
+                self.log.warning("reconnected to %s", self.uri)
+            self._lost_reported = False
+            self._last_failure = None
+            self._conn, self._callback_id, self._generation = conn, callback_id, generation
+            return conn
+
+    def _open(self, generation: int) -> tuple[Any, int | None]:
+        libvirt = libvirt_module()
+        ensure_event_loop()
+        try:
+            conn = libvirt.open(self.uri)
+        except libvirt.libvirtError as exc:
+            raise failure(exc, connection_lost=True) from None
+        if conn is None:  # old bindings return None instead of raising
+            raise LibvirtFailure(f"cannot connect to {self.uri}", connection_lost=True)
+        try:
+            conn.setKeepAlive(*self.keepalive)
+        except libvirt.libvirtError:
+            pass  # local drivers (test:///) have no keepalive; nothing to detect there
+        callback_id: int | None = None
+        try:
+            callback_id = conn.domainEventRegisterAny(
+                None, _EVENT_ID_LIFECYCLE, self._on_lifecycle, None
+            )
+            conn.registerCloseCallback(self._on_close, generation)
+        except libvirt.libvirtError as exc:
+            self.log.info("no lifecycle events from %s, polling only: %s", self.uri, exc)
+        return conn, callback_id
+
+    @staticmethod
+    def _close(conn: Any, callback_id: int | None) -> None:
+        libvirt = libvirt_module()
+        try:
+            if callback_id is not None:
+                conn.domainEventDeregisterAny(callback_id)
+            conn.unregisterCloseCallback()
+        except libvirt.libvirtError:
+            pass
+        try:
+            conn.close()
+        except libvirt.libvirtError:
+            pass
+
+    def _lost(self, generation: int, reason: str) -> None:
+        """Forget a dead connection (in trio's thread); wake every waiter so
+        that it polls, fails and retries through a new connection."""
+        if generation != self._generation or self._conn is None:
+            return
+        conn, self._conn = self._conn, None
+        # Closing releases the client's socket and callbacks; in a thread of
+        # its own because even that may block on a hung daemon.
+        threading.Thread(
+            target=self._close, args=(conn, self._callback_id), name="libvirt-close", daemon=True
+        ).start()
+        self._callback_id = None
+        if not self._lost_reported:
+            self.log.warning("lost the connection to %s: %s; reconnecting", self.uri, reason)
+            self._lost_reported = True
+        for event in self._stopped.values():
+            event.set()
+        self._stopped.clear()
+
+    # Callbacks on libvirt's event thread: hand over to trio, never block.
+
+    def _on_lifecycle(self, _conn: Any, dom: Any, event: int, _detail: int, _opaque: object) -> None:
+        if event in (_EVENT_STOPPED, _EVENT_UNDEFINED):
+            self._soon(self._set_stopped, dom.UUIDString())
+
+    def _on_close(self, _conn: Any, reason: int, generation: int) -> None:
+        self._soon(self._lost, generation, f"connection closed ({_CLOSE_REASONS.get(reason, reason)})")
+
+    def _soon(self, function: Callable[..., object], *args: object) -> None:
+        token = self._token
+        if token is None:
+            return
+        try:
+            token.run_sync_soon(function, *args)
+        except trio.RunFinishedError:
+            pass
+
+    def _set_stopped(self, uuid: str) -> None:
+        event = self._stopped.get(uuid)
+        if event is not None:
+            event.set()

@@ -1,0 +1,330 @@
+"""Shut the selected domains down, concurrently, within the plan's deadline.
+
+Per domain (``mode: shutdown``): press the ACPI power button (through the
+guest agent if configured for it), press again every ``resend_interval``
+because a press during boot is lost, and wait until the domain is off
+(lifecycle events wake the wait, a state poll confirms it).  When the
+domain's graceful window ends -- ``shutdown_timeout``, its own requested-at +
+grace, or the deadline less the time kept to destroy -- destroy it, gracefully
+(SIGTERM to QEMU) first and plainly if that fails.  ``mode: managedsave``
+saves the guest's memory instead and falls back to the above if saving fails.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from supervisor import Deadline, Timeline
+
+from . import _domains as ops
+from ._binding import (
+    AGENT_FAILED,
+    FLAGS_REJECTED,
+    NO_DOMAIN,
+    OPERATION_INVALID,
+    SHUTDOWN_ACPI_POWER_BTN,
+    SHUTDOWN_DEFAULT,
+    SHUTDOWN_GUEST_AGENT,
+    SYSTEM_ERROR,
+    LibvirtFailure,
+)
+from ._connection import Hypervisor
+from ._domains import Domain
+from ._settings import LibvirtSettings
+
+__all__ = ["DomainShutdown", "Result", "shut_down_all"]
+
+# Outcomes recorded in the timeline, one per domain.
+SHUT_DOWN = "shut down"
+SAVED = "saved"
+DESTROYED = "destroyed"
+GONE = "gone"
+FAILED = "failed"
+
+
+@dataclass
+class Result:
+    outcome: str
+    detail: str = ""
+
+
+class _Gone(Exception):
+    """The domain vanished (transient domains do once shut off)."""
+
+
+async def shut_down_all(
+    hv: Hypervisor,
+    settings: LibvirtSettings,
+    deadline: Deadline,
+    timeline: Timeline,
+    *,
+    phase: str,
+    plugin: str,
+    log: logging.Logger,
+    wall_clock: Callable[[], float] = time.time,
+) -> dict[str, Result]:
+    """Handle every selected running domain; return outcomes by domain name."""
+    started = trio.current_time()
+    hooks_end = _hooks_end(deadline, settings, started)
+    # Keep time to destroy what is still running at the end: at most
+    # destroy_reserve, and never more than a quarter of what hooks have left,
+    # so a short budget still gives the guests most of it.
+    reserve = min(settings.destroy_reserve, max(0.0, hooks_end() - started) / 4)
+
+    def graceful_end() -> float:
+        return hooks_end() - reserve
+
+    domains: list[Domain] | None = None
+    with trio.move_on_at(graceful_end()):
+        try:
+            domains = await hv.call(ops.list_domains(settings.selection))
+        except LibvirtFailure as exc:
+            log.error("cannot list the domains on %s: %s", hv.uri, exc)
+            timeline_failure(timeline, phase, plugin, f"cannot list domains: {exc}")
+            return {}
+    if domains is None:
+        log.error("listing the domains on %s took the whole budget", hv.uri)
+        timeline_failure(timeline, phase, plugin, "listing the domains took the whole budget")
+        return {}
+    if not domains:
+        log.info("no running domains to shut down on %s", hv.uri)
+        return {}
+    log.info(
+        "shutting down %d domain(s) (%s): mode %s, %.1fs for the graceful part",
+        len(domains), ops.names(domains), settings.mode, max(0.0, graceful_end() - started),
+    )
+    results: dict[str, Result] = {}
+    slots = trio.Semaphore(settings.max_parallel or len(domains))
+    async with trio.open_nursery() as nursery:
+        for domain in domains:
+            job = DomainShutdown(hv, settings, domain, log, hooks_end, reserve, wall_clock=wall_clock)
+            nursery.start_soon(_one, job, slots, timeline, phase, plugin, results)
+    return results
+
+
+async def _one(
+    job: DomainShutdown,
+    slots: trio.Semaphore,
+    timeline: Timeline,
+    phase: str,
+    plugin: str,
+    results: dict[str, Result],
+) -> None:
+    async with slots:
+        with timeline.step(phase, f"domain {job.domain.name}", plugin=plugin) as step:
+            result = await job.run()
+            results[job.domain.name] = result
+            step.outcome, step.detail = result.outcome, result.detail
+
+
+def timeline_failure(timeline: Timeline, phase: str, plugin: str, detail: str) -> None:
+    with timeline.step(phase, "domains", plugin=plugin) as step:
+        step.outcome, step.detail = FAILED, detail
+
+
+def _hooks_end(deadline: Deadline, settings: LibvirtSettings, started: float) -> Callable[[], float]:
+    """When the host will cancel this hook: the deadline less its reserve, or
+    the plugin's hook_timeout; re-read each time because the deadline may
+    move earlier (a second SIGTERM, the pod's real deletion time)."""
+    own = started + settings.hook_timeout if settings.hook_timeout is not None else math.inf
+    return lambda: min(own, deadline.at - deadline.reserve)
+
+
+class DomainShutdown:
+    """One domain's graceful shutdown, then its destroy if needed."""
+
+    def __init__(
+        self,
+        hv: Hypervisor,
+        settings: LibvirtSettings,
+        domain: Domain,
+        log: logging.Logger,
+        hooks_end: Callable[[], float],
+        reserve: float,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.hv = hv
+        self.settings = settings
+        self.domain = domain
+        self.log = log
+        self.wall_clock = wall_clock
+        self.started = trio.current_time()
+        self._own_end = math.inf
+        self._hooks_end = hooks_end
+        self._reserve = reserve
+        self.presses = 0
+        self.agent = domain.request.guest_agent or any(
+            fnmatch.fnmatchcase(domain.name, p) for p in settings.guest_agent
+        )
+
+    def graceful_end(self) -> float:
+        """When to stop waiting and destroy: the domain's own limit, or the
+        hook's end less the time kept for destroying."""
+        return min(self._own_end, self._hooks_end() - self._reserve)
+
+    async def run(self) -> Result:
+        # The timeout counts from the domain's turn (max_parallel may have
+        # kept it waiting); a requested-at + grace is absolute.
+        self.started = trio.current_time()
+        self._own_end = self.started + self.settings.shutdown_timeout
+        due = self.domain.request.due(self.settings.enforcer.grace)
+        if due is not None:
+            self._own_end = min(self._own_end, self.started + (due - self.wall_clock()))
+        try:
+            if self.settings.mode == "managedsave":
+                result = await self._save()
+                if result is not None:
+                    return result
+            result = await self._graceful()
+            if result is not None:
+                return result
+            return await self._destroy()
+        except _Gone:
+            return Result(GONE, f"vanished after {self._elapsed()}")
+
+    # ------------------------------------------------------------------
+
+    async def _save(self) -> Result | None:
+        name = self.domain.name
+        if not self.domain.persistent:
+            self.log.info("%s: transient, cannot be saved; shutting it down instead", name)
+            return None
+        with trio.move_on_at(self.graceful_end()):
+            try:
+                await self.hv.call(ops.managed_save(self.domain.uuid))
+            except LibvirtFailure as exc:
+                if exc.code == NO_DOMAIN:
+                    raise _Gone from None
+                self.log.warning("%s: managed save failed: %s; shutting it down instead", name, exc)
+                return None
+            self.log.info("%s: saved in %s", name, self._elapsed())
+            return Result(SAVED, f"in {self._elapsed()}")
+        self.log.warning("%s: managed save did not finish in time", name)
+        return None
+
+    async def _graceful(self) -> Result | None:
+        """Press and wait until off; None if the window ended first."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._press_repeatedly)
+            result = await self._wait_until_off(self.graceful_end)
+            nursery.cancel_scope.cancel()
+        return result
+
+    async def _press_repeatedly(self) -> None:
+        name = self.domain.name
+        flags = SHUTDOWN_ACPI_POWER_BTN | (SHUTDOWN_GUEST_AGENT if self.agent else 0)
+        while True:
+            try:
+                await self.hv.call(ops.shutdown(self.domain.uuid, flags))
+            except LibvirtFailure as exc:
+                if exc.code in FLAGS_REJECTED and flags != SHUTDOWN_DEFAULT:
+                    self.log.info("%s: the driver rejects shutdown flags %d (%s); using its default", name, flags, exc)
+                    flags = SHUTDOWN_DEFAULT
+                    continue
+                if exc.code in AGENT_FAILED and flags & SHUTDOWN_GUEST_AGENT:
+                    self.log.warning("%s: guest agent failed (%s); using ACPI only", name, exc)
+                    flags = SHUTDOWN_ACPI_POWER_BTN
+                    continue
+                if exc.code in (NO_DOMAIN, OPERATION_INVALID):
+                    return  # gone or no longer running: the waiter's poll sees it
+                if not exc.connection_lost:  # a lost connection is reported once, by the hypervisor
+                    self.log.warning("%s: shutdown request failed: %s", name, exc)
+                await trio.sleep(min(self.settings.resend_interval, self.hv.retry_interval))
+                continue
+            self.presses += 1
+            if self.presses == 1:
+                self.log.info("%s: shutdown requested (%s)", name, _flag_names(flags))
+            else:
+                self.log.info("%s: still running; shutdown request %d", name, self.presses)
+            await trio.sleep(self.settings.resend_interval)
+
+    async def _wait_until_off(self, end: Callable[[], float]) -> Result | None:
+        """Wait for the domain to be off, until ``end()``; None if it is not."""
+        name = self.domain.name
+        while True:
+            try:
+                state = await self.hv.call(ops.state(self.domain.uuid))
+            except LibvirtFailure as exc:
+                if exc.code == NO_DOMAIN:
+                    return Result(GONE if self.presses == 0 else SHUT_DOWN, self._summary())
+                if not exc.connection_lost:
+                    self.log.warning("%s: cannot read its state: %s", name, exc)
+            else:
+                if ops.is_off(state):
+                    self.log.info("%s: shut down after %s", name, self._elapsed())
+                    return Result(SHUT_DOWN, self._summary())
+            stop_at = end()
+            now = trio.current_time()
+            if now >= stop_at:
+                return None
+            stopped = self.hv.stopped(self.domain.uuid)
+            with trio.move_on_at(min(stop_at, now + self.settings.poll_interval)):
+                await stopped.wait()
+
+    async def _destroy(self) -> Result:
+        name = self.domain.name
+        self.log.warning(
+            "%s: still running after %s and %d shutdown request(s); destroying it",
+            name, self._elapsed(), self.presses,
+        )
+        graceful_error: LibvirtFailure | None = None
+        try:
+            # Half of what is left for the graceful destroy (QEMU gets SIGTERM
+            # and flushes its disks), the rest for the plain one (SIGKILL).
+            now = trio.current_time()
+            with trio.move_on_at(now + max(0.0, self._hooks_end() - now) / 2):
+                await self.hv.call(ops.destroy(self.domain.uuid, graceful=True))
+                return Result(DESTROYED, f"after {self._summary()}")
+            graceful_error = LibvirtFailure("graceful destroy did not finish in time")
+        except LibvirtFailure as exc:
+            result = await self._destroy_error(exc)
+            if result is not None:
+                return result
+            graceful_error = exc
+        self.log.warning("%s: graceful destroy failed: %s; destroying it plainly", name, graceful_error)
+        try:
+            await self.hv.call(ops.destroy(self.domain.uuid, graceful=False))
+        except LibvirtFailure as exc:
+            result = await self._destroy_error(exc)
+            if result is not None:
+                return result
+            self.log.error("%s: destroy failed: %s", name, exc)
+            return Result(FAILED, f"destroy failed: {exc}")
+        return Result(DESTROYED, f"after {self._summary()}; graceful destroy failed: {graceful_error}")
+
+    async def _destroy_error(self, exc: LibvirtFailure) -> Result | None:
+        """The outcome a destroy error implies, or None to try harder."""
+        if exc.code == NO_DOMAIN:
+            return Result(GONE, f"vanished after {self._summary()}")
+        if exc.code == OPERATION_INVALID:
+            # Not running: it shut down on its own just before the destroy.
+            return Result(SHUT_DOWN, self._summary())
+        if exc.code != SYSTEM_ERROR and not exc.connection_lost:
+            self.log.warning("%s: destroy: %s", self.domain.name, exc)
+        return None
+
+    def _elapsed(self) -> str:
+        return f"{trio.current_time() - self.started:.1f}s"
+
+    def _summary(self) -> str:
+        presses = f"{self.presses} request{'s' if self.presses != 1 else ''}"
+        return f"{presses}, {self._elapsed()}"
+
+
+def _flag_names(flags: int) -> str:
+    if flags == SHUTDOWN_DEFAULT:
+        return "driver default"
+    names = []
+    if flags & SHUTDOWN_ACPI_POWER_BTN:
+        names.append("ACPI power button")
+    if flags & SHUTDOWN_GUEST_AGENT:
+        names.append("guest agent")
+    return " or ".join(names)

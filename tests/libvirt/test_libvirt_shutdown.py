@@ -1,0 +1,192 @@
+"""The shutdown algorithm on the test:///default driver (fast, no QEMU)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from tests.libvirt import lv_testdriver as td
+import pytest
+import trio
+
+from supervisor import Deadline, Timeline
+from supervisor_libvirt._connection import Hypervisor
+from supervisor_libvirt._domains import Selection
+from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
+from supervisor_libvirt._settings import EnforcerSettings, LibvirtSettings
+from supervisor_libvirt._shutdown import Result, shut_down_all
+
+# These tests run on trio's real clock: every libvirt call is a worker thread,
+# and an autojumping MockClock would skip ahead while a thread runs.  The
+# durations are fractions of a second and the bounds generous.
+
+
+def settings(**overrides: Any) -> LibvirtSettings:
+    values: dict[str, Any] = {
+        "uri": td.URI,
+        "selection": Selection(names=("t-*",)),
+        "shutdown_timeout": 1.0,
+        "resend_interval": 0.2,
+        "poll_interval": 0.05,
+        "destroy_reserve": 0.2,
+    }
+    values.update(overrides)
+    return LibvirtSettings(**values)
+
+
+async def run(
+    config: LibvirtSettings, budget: float = 10.0, log: logging.Logger | None = None
+) -> tuple[dict[str, Result], Timeline, float]:
+    timeline = Timeline()
+    deadline = Deadline(budget)
+    log = log or logging.getLogger("supervisor.plugin.libvirt")
+    started = trio.current_time()
+    async with Hypervisor(config.uri, log) as hv:
+        results = await shut_down_all(
+            hv, config, deadline, timeline, phase="before_process_stop", plugin="libvirt", log=log
+        )
+    return results, timeline, trio.current_time() - started
+
+
+async def test_graceful_domain_shuts_down_without_destroy(testconn: Any) -> None:
+    td.start(testconn, "t-graceful")
+    results, timeline, elapsed = await run(settings(shutdown_timeout=5.0))
+    assert results["t-graceful"].outcome == "shut down"
+    assert td.state(testconn, "t-graceful") == (td.STATE_SHUTOFF, td.REASON_SHUTDOWN)
+    assert elapsed < 3.0
+    [step] = timeline.steps
+    assert (step.phase, step.name, step.plugin, step.outcome) == (
+        "before_process_stop", "domain t-graceful", "libvirt", "shut down",
+    )
+
+
+async def test_driver_rejecting_acpi_flag_falls_back_to_plain_shutdown(
+    testconn: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    td.start(testconn, "t-plain")
+    caplog.set_level(logging.INFO)
+    results, _, _ = await run(settings())
+    assert results["t-plain"].outcome == "shut down"
+    assert "rejects shutdown flags 1" in caplog.text
+    assert "libvirt error 8" in caplog.text  # logged with its code
+
+
+async def test_stubborn_domain_is_destroyed_at_its_timeout(testconn: Any) -> None:
+    td.start(testconn, "t-stubborn", stubborn=True)
+    results, timeline, elapsed = await run(settings(shutdown_timeout=1.0, resend_interval=0.3))
+    result = results["t-stubborn"]
+    assert result.outcome == "destroyed"
+    assert td.state(testconn, "t-stubborn") == (td.STATE_SHUTOFF, td.REASON_DESTROYED)
+    assert 1.0 <= elapsed < 3.0
+    # Re-sent every 0.3 s during the 1 s window: at least three requests.
+    presses = int(result.detail.split()[1])
+    assert presses >= 3
+    assert timeline.steps[0].outcome == "destroyed"
+
+
+async def test_deadline_caps_shutdown_timeout_and_keeps_time_to_destroy(testconn: Any) -> None:
+    td.start(testconn, "t-stubborn", stubborn=True)
+    config = settings(shutdown_timeout=60.0, destroy_reserve=5.0)
+    with trio.fail_after(3):
+        results, _, elapsed = await run(config, budget=2.0)
+    assert results["t-stubborn"].outcome == "destroyed"
+    # Hooks end at 2 s less the deadline's reserve (0.2 s); a quarter of that
+    # is kept for the destroy.
+    assert elapsed < 1.8
+
+
+async def test_graceful_and_stubborn_are_handled_concurrently(testconn: Any) -> None:
+    td.start(testconn, "t-a", stubborn=True)
+    td.start(testconn, "t-b", stubborn=True)
+    td.start(testconn, "t-c")
+    results, _, elapsed = await run(settings(shutdown_timeout=1.0))
+    assert {n: r.outcome for n, r in results.items()} == {
+        "t-a": "destroyed", "t-b": "destroyed", "t-c": "shut down",
+    }
+    assert elapsed < 1.9  # one timeout, not two
+
+
+async def test_max_parallel_one_handles_domains_one_after_another(testconn: Any) -> None:
+    td.start(testconn, "t-a", stubborn=True)
+    td.start(testconn, "t-b", stubborn=True)
+    results, _, elapsed = await run(settings(shutdown_timeout=0.5, max_parallel=1))
+    assert [r.outcome for r in results.values()] == ["destroyed", "destroyed"]
+    assert elapsed >= 1.0
+
+
+async def test_selection_by_name_exclude_and_marker(testconn: Any) -> None:
+    for name in ("t-web-1", "t-web-2", "t-db", "t-marked"):
+        td.start(testconn, name)
+    marker = "urn:example:provider"
+    testconn.lookupByName("t-marked").setMetadata(2, "<machine/>", "p", marker, 1)
+    results, _, _ = await run(settings(selection=Selection(names=("t-web-*",), exclude=("*-2",))))
+    assert set(results) == {"t-web-1"}
+    assert td.state(testconn, "t-web-2") == (td.STATE_RUNNING, 1)
+    results, _, _ = await run(settings(selection=Selection(marker=marker)))
+    assert set(results) == {"t-marked"}
+    assert td.state(testconn, "t-db")[0] == td.STATE_RUNNING  # type: ignore[index]
+
+
+async def test_transient_domain_that_vanishes_counts_as_shut_down(testconn: Any) -> None:
+    td.start(testconn, "t-transient", persistent=False)
+    results, _, _ = await run(settings())
+    assert results["t-transient"].outcome == "shut down"
+    assert td.state(testconn, "t-transient") is None
+
+
+async def test_managedsave_saves_persistent_domains(testconn: Any) -> None:
+    dom = td.start(testconn, "t-saved")
+    results, timeline, _ = await run(settings(mode="managedsave"))
+    assert results["t-saved"].outcome == "saved"
+    assert td.state(testconn, "t-saved") == (td.STATE_SHUTOFF, td.REASON_SAVED)
+    assert dom.hasManagedSaveImage(0)
+    assert timeline.steps[0].outcome == "saved"
+
+
+async def test_managedsave_falls_back_to_shutdown_for_transient_domains(
+    testconn: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    td.start(testconn, "t-transient", persistent=False, stubborn=True)
+    caplog.set_level(logging.INFO)
+    results, _, _ = await run(settings(mode="managedsave", shutdown_timeout=0.5))
+    assert results["t-transient"].outcome == "destroyed"
+    assert "transient, cannot be saved" in caplog.text
+
+
+async def test_overdue_shutdown_request_is_destroyed_at_once(testconn: Any) -> None:
+    dom = td.start(testconn, "t-overdue", stubborn=True)
+    request = ShutdownRequest(requested_at=time.time() - 120, grace=60)
+    dom.setMetadata(2, request.to_xml(), KEY, NAMESPACE, 1)
+    results, _, elapsed = await run(settings(shutdown_timeout=30.0))
+    assert results["t-overdue"].outcome == "destroyed"
+    assert elapsed < 1.0
+
+
+async def test_request_grace_from_enforcer_default_bounds_the_window(testconn: Any) -> None:
+    dom = td.start(testconn, "t-requested", stubborn=True)
+    dom.setMetadata(2, ShutdownRequest(requested_at=time.time()).to_xml(), KEY, NAMESPACE, 1)
+    config = settings(shutdown_timeout=30.0, enforcer=EnforcerSettings(grace=0.5))
+    results, _, elapsed = await run(config)
+    assert results["t-requested"].outcome == "destroyed"
+    assert 0.4 <= elapsed < 2.0
+
+
+async def test_no_domains_is_quiet_and_quick(testconn: Any) -> None:
+    results, timeline, elapsed = await run(settings())
+    assert results == {}
+    assert timeline.steps == []
+    assert elapsed < 1.0
+
+
+async def test_unreachable_libvirtd_is_reported_and_returns_in_time(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = f"qemu:///system?socket={tmp_path}/missing-sock"
+    with trio.fail_after(3):
+        results, timeline, _ = await run(settings(uri=uri), budget=2.0)
+    assert results == {}
+    [step] = timeline.steps
+    assert step.outcome == "failed"
+    assert "cannot list domains" in step.detail
+    assert "cannot connect to" in caplog.text

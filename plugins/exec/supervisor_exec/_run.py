@@ -95,15 +95,20 @@ async def _run(
 
     assert proc.stdout is not None  # stdout=PIPE
     reader = trio.CancelScope()
-    output.start_soon(_log_output, proc.stdout, partial(log.info, "%s: %s", command.name), reader)
+    output_done = trio.Event()
+    emit = partial(log.info, "%s: %s", command.name)
+    output.start_soon(_log_output, proc.stdout, emit, reader, output_done)
     try:
-        returncode = await _wait(proc, command, ctx, deadline)
+        returncode, how = await _wait(proc, command, ctx, deadline)
     finally:
+        # A child left in the background may hold the pipe open for ever:
+        # read on only briefly once the command itself is gone.
         reader.deadline = min(reader.deadline, trio.current_time() + _OUTPUT_DRAIN)
-    if returncode is None:
-        how = await _stop(proc, command.kill_after, log_name=command.name, ctx=ctx)
-        return Result("timeout", f"after {command.timeout:.1f}s, {how}")
+    # Its last lines come before the verdict in the log.
+    await output_done.wait()
 
+    if returncode is None:
+        return Result("timeout", f"after {command.timeout:.1f}s, {how}")
     status = ExitStatus.from_returncode(returncode)
     elapsed = trio.current_time() - started
     if status.success:
@@ -115,11 +120,14 @@ async def _run(
 
 async def _wait(
     proc: trio.Process, command: Command, ctx: Context, deadline: Deadline | None
-) -> int | None:
-    """The command's return code, or None if its timeout came first."""
+) -> tuple[int | None, str]:
+    """Wait for the command within its timeout; stop it if that runs out.
+
+    Returns its return code, or None and how it was stopped.
+    """
     try:
         with trio.move_on_after(math.inf if command.timeout is None else command.timeout):
-            return await proc.wait()
+            return await proc.wait(), ""
     except trio.Cancelled:
         # From outside: the deadline, or a second SIGTERM that expired it.
         # What is left of the budget belongs to the plan's own stops.
@@ -129,8 +137,9 @@ async def _wait(
         ctx.log.warning("%s: cancelled by the shutdown deadline; stopping it", command.name)
         await _stop(proc, grace, log_name=command.name, ctx=ctx)
         raise
-    ctx.log.warning("%s: timed out after %.1fs; stopping it", command.name, command.timeout)
-    return None
+    how = await _stop(proc, command.kill_after, log_name=command.name, ctx=ctx)
+    ctx.log.warning("%s: timed out after %.1fs; %s", command.name, command.timeout, how)
+    return None, how
 
 
 async def _stop(proc: trio.Process, grace: float, *, log_name: str, ctx: Context) -> str:
@@ -164,7 +173,10 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 
 async def _log_output(
-    stream: trio.abc.ReceiveStream, emit: Callable[[str], None], scope: trio.CancelScope
+    stream: trio.abc.ReceiveStream,
+    emit: Callable[[str], None],
+    scope: trio.CancelScope,
+    done: trio.Event,
 ) -> None:
     """Log ``stream`` line by line until EOF or until ``scope`` is cancelled."""
     pending = b""
@@ -181,6 +193,7 @@ async def _log_output(
     finally:
         if pending:
             _emit_line(pending, emit)
+        done.set()
         await trio.aclose_forcefully(stream)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from supervisor import Config, Settings
@@ -38,7 +38,7 @@ class Command:
     process: str | None = None
     timeout: float | None = None
     kill_after: float = _DEFAULT_KILL_AFTER
-    env: Mapping[str, str] = MappingProxyType({})
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     cwd: str | None = None
 
 
@@ -93,7 +93,9 @@ def _parse_process(entry: Settings, phase: str | None, known: list[str]) -> str 
     process = entry.string("process")
     if phase in PROCESS_PHASES:
         if process is None:
-            entry.error(None, f"phase {phase} needs 'process': the name of a process")
+            entry.error(
+                None, f"missing required key 'process' ({phase} commands belong to a process)"
+            )
         elif process not in known:
             entry.error("process", f"unknown process {process!r}{_among(known)}")
     elif process is not None and phase is not None:

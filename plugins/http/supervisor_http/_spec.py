@@ -140,7 +140,9 @@ def _parse_process(entry: Settings, phase: str | None, known: list[str]) -> str 
     process = entry.string("process")
     if phase in PROCESS_PHASES:
         if process is None:
-            entry.error(None, f"phase {phase} needs 'process': the name of a process")
+            entry.error(
+                None, f"missing required key 'process' ({phase} requests belong to a process)"
+            )
         elif process not in known:
             entry.error("process", f"unknown process {process!r}{_among(known)}")
     elif process is not None and phase is not None:

@@ -231,7 +231,7 @@ def plan_privileges(spec: ProcessSpec) -> PrivilegePlan:
     plan = PrivilegePlan(
         uid=uid if uid is not None and state.uids != (uid, uid, uid) else None,
         gid=gid if gid is not None and state.gids != (gid, gid, gid) else None,
-        groups=groups if groups is not None and set(groups) != set(state.groups) else None,
+        groups=groups if groups is not None and not _same_groups(groups, gid, state) else None,
         bounding_drop=tuple(sorted(cap for cap in drop if state.bounding >> cap & 1)),
         inheritable_drop=tuple(sorted(cap for cap in drop if state.inheritable >> cap & 1)),
         inheritable_raise=tuple(cap for cap in ambient if not state.inheritable >> cap & 1),
@@ -329,6 +329,11 @@ def _group(text: str) -> int:
         return grp.getgrnam(text).gr_gid
     except KeyError:
         raise PrivilegeError(f"group {text!r} does not exist (not in the group database)") from None
+
+
+def _same_groups(groups: tuple[int, ...], gid: int | None, state: _State) -> bool:
+    # A supplementary group equal to the primary one grants nothing more.
+    return set(groups) | {gid} == set(state.groups) | {state.gids[1]}
 
 
 def _capability(name: str) -> int:

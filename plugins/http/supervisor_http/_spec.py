@@ -208,16 +208,13 @@ def _basic_auth(url: str, headers: dict[str, str]) -> dict[str, str]:
 
 
 def _parse_expect(entry: Settings) -> Expect:
-    raw = entry.raw("expect", "2xx")
-    items = raw if isinstance(raw, list) else [raw]
     ranges = []
-    for item in items:
-        if isinstance(item, int) and not isinstance(item, bool) and 100 <= item <= 599:
-            ranges.append((item, item))
-        elif isinstance(item, str) and item.strip().isdigit() and 100 <= int(item) <= 599:
-            ranges.append((int(item), int(item)))
-        elif isinstance(item, str) and _STATUS_CLASS.match(item.strip()):
-            low = int(item.strip()[0]) * 100
+    for item in entry.string_list("expect", ["2xx"]):
+        text = item.strip()
+        if text.isdigit() and 100 <= int(text) <= 599:
+            ranges.append((int(text), int(text)))
+        elif _STATUS_CLASS.match(text):
+            low = int(text[0]) * 100
             ranges.append((low, low + 99))
         else:
             entry.error(

@@ -9,7 +9,7 @@ from typing import Literal, cast
 
 from ._errors import ConfigError, Problem
 from ._model import Config, Position, ProcessSpec
-from ._nodes import Node
+from ._nodes import Node, child_path, one_line
 from ._order import find_cycles
 from ._process import parse_process
 from ._settings import Settings
@@ -34,12 +34,13 @@ def load_config(path: str, environ: Mapping[str, str] | None = None) -> Config:
     try:
         root, problems = parse_file(path, env)
         if root is None:
-            raise ConfigError(problems or [Problem(Position(path, 1, 1), _EMPTY)])
+            problems = problems or [Problem(Position(path, 1, 1), _EMPTY)]
+            raise ConfigError(Problem(p.position, one_line(p.message)) for p in problems)
         config = _build(root, path, problems)
     except RecursionError:
         raise ConfigError.at(Position(path, 1, 1), "the document is nested too deeply") from None
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(Problem(p.position, one_line(p.message)) for p in problems)
     return config
 
 
@@ -110,14 +111,17 @@ def _processes(root: dict[str, Node], top: Settings) -> tuple[ProcessSpec, ...]:
             continue
         entry_of[spec.name] = entry
         specs.append(spec)
-    invalid_names = {entry.raw("name") for entry in entries if entry.raw("name") not in entry_of}
+    # Names already reported as invalid: depending on one is not a second problem.
+    invalid_names = {
+        name for entry in entries if isinstance(name := entry.raw("name"), str | int | float)
+    }
     _check_dependencies(specs, entry_of, invalid_names)
     _check_main(specs, entry_of)
     return tuple(specs)
 
 
 def _check_dependencies(
-    specs: list[ProcessSpec], entry_of: dict[str, Settings], invalid_names: set[object]
+    specs: list[ProcessSpec], entry_of: dict[str, Settings], invalid_names: set[str | int | float]
 ) -> None:
     for spec in specs:
         entry = entry_of[spec.name]
@@ -160,9 +164,9 @@ def _plugins(root: dict[str, Node], top: Settings) -> dict[str, Settings]:
         # (`kubernetes:` with nothing after it: enabled with all defaults.)
         if not isinstance(section.value, dict):
             message = f"expected a mapping of settings ({{}} for none), got {item.describe()}"
-            top.problems.append(Problem(item.position, f"plugins.{name}: {message}"))
+            top.problems.append(Problem(item.position, f"{child_path('plugins', name)}: {message}"))
             continue
         # Each plugin has its own problem list: the plugin host reports them
         # once the plugin's supervisor_configure hook has read its section.
-        plugins[name] = Settings(section, path=f"plugins.{name}")
+        plugins[name] = Settings(section, path=child_path("plugins", name))
     return plugins

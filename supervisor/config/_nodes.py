@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ._model import Position
 
-__all__ = ["Node", "Scalar"]
+__all__ = ["Node", "Scalar", "child_path", "one_line"]
 
 Scalar = None | bool | int | float | str
 
@@ -85,6 +85,21 @@ def _to_python(node: Node, memo: dict[int, object]) -> object:
         mapping.update((key, _to_python(item, memo)) for key, item in value.items())
         return mapping
     return value
+
+
+def child_path(path: str, key: str) -> str:
+    """``path.key`` for messages; a key that would read ambiguously is quoted."""
+    if key and key.isprintable() and not any(c in key for c in " .[]'\""):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{key!r}]"
+
+
+def one_line(message: str) -> str:
+    """A message that stays on one line, whatever text from the file it quotes."""
+    lines = message.splitlines()
+    if len(lines) <= 1 and not message.endswith(("\n", "\r")):
+        return message
+    return " ".join(line.strip() for line in lines)
 
 
 def _shorten(text: str, limit: int = 60) -> str:

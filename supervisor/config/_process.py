@@ -139,7 +139,7 @@ def _env(entry: Settings) -> dict[str, str]:
                 "env", f"invalid variable name {name!r}: it may not be empty or contain '='"
             )
         if "\0" in value:
-            entry.error("env", f"the value of {name} contains a NUL character")
+            entry.error("env", f"the value of {name!r} contains a NUL character")
     return env
 
 

@@ -17,7 +17,7 @@ from typing import overload
 from .._units import parse_duration, parse_signal
 from ._errors import Problem
 from ._model import Position
-from ._nodes import Node
+from ._nodes import Node, child_path
 
 __all__ = ["Settings"]
 
@@ -83,7 +83,7 @@ class Settings:
         """The dotted path of ``key`` in this section, for messages."""
         if key is None:
             return self.path
-        return f"{self.path}.{key}" if self.path else key
+        return child_path(self.path, key)
 
     def error(self, key: str | None, message: str) -> None:
         """Record a problem at the key's value (``None``: at the section)."""
@@ -393,7 +393,8 @@ class Settings:
                 )
                 self.problems.append(
                     Problem(
-                        item.position, f"{self.name(key)}.{name}: expected a string, got {what}"
+                        item.position,
+                        f"{child_path(self.name(key), name)}: expected a string, got {what}",
                     )
                 )
                 continue

@@ -17,7 +17,7 @@ import yaml
 from ._envsubst import ExpansionError, expand
 from ._errors import Problem
 from ._model import Position
-from ._nodes import Node, Scalar
+from ._nodes import Node, Scalar, child_path
 
 __all__ = ["parse_file", "parse_text"]
 
@@ -87,8 +87,14 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
     mark = exc.problem_mark or exc.context_mark
     position = Position(file, mark.line + 1, mark.column + 1) if mark else Position(file, 1, 1)
     problem = exc.problem or "invalid syntax"
-    context = f" ({exc.context})" if exc.context and exc.context != problem else ""
-    return Problem(position, f"invalid YAML: {problem}{context}")
+    if exc.context and problem.startswith("but "):
+        # PyYAML splits "expected X, but found Y" into context and problem.
+        message = f"{exc.context}, {problem}"
+    elif exc.context:
+        message = f"{problem} ({exc.context})"
+    else:
+        message = problem
+    return Problem(position, f"invalid YAML: {message}")
 
 
 def _line_column(text: str, index: int) -> tuple[int, int]:
@@ -114,7 +120,7 @@ class _Converter:
         self.problems: list[Problem] = []
         self._done: dict[int, Node] = {}
         self._active: set[int] = set()
-        self._path: list[str] = []
+        self._path: list[str | int] = []
         # Only used for its resolver and its scalar constructors; they read
         # nothing from the stream.
         self._loader = yaml.SafeLoader("")
@@ -133,7 +139,7 @@ class _Converter:
             if isinstance(node, yaml.ScalarNode):
                 result = self._scalar(node, position)
             elif isinstance(node, yaml.SequenceNode) and node.tag == _SEQ:
-                items = [self._convert_at(f"[{i}]", item) for i, item in enumerate(node.value)]
+                items = [self._convert_at(i, item) for i, item in enumerate(node.value)]
                 result = Node(items, position)
             elif isinstance(node, yaml.MappingNode) and node.tag == _MAP:
                 result = self._mapping(node, position)
@@ -144,7 +150,7 @@ class _Converter:
         self._done[id(node)] = result
         return result
 
-    def _convert_at(self, step: str, node: yaml.Node) -> Node:
+    def _convert_at(self, step: str | int, node: yaml.Node) -> Node:
         """Convert a child: ``step`` is its key, or ``[index]`` in a list."""
         self._path.append(step)
         try:
@@ -154,7 +160,9 @@ class _Converter:
 
     def _report(self, position: Position, message: str) -> None:
         """Record a problem, prefixed with where it is (``processes[1].env.X``)."""
-        where = "".join(s if s.startswith("[") else f".{s}" for s in self._path).lstrip(".")
+        where = ""
+        for step in self._path:
+            where = f"{where}[{step}]" if isinstance(step, int) else child_path(where, step)
         self.problems.append(Problem(position, f"{where}: {message}" if where else message))
 
     def _bad(self, position: Position, message: str) -> Node:

@@ -197,13 +197,8 @@ class ReadyProbe:
                     process_group=0,
                     deliver_cancel=_kill_group,
                 )
-            except FileNotFoundError as exc:
-                missing = exc.filename if exc.filename is not None else argv[0]
-                if missing == self.cwd:
-                    return f"working directory {missing} does not exist"
-                return f"{missing}: command not found"
             except OSError as exc:
-                return f"{argv[0]}: {_reason(exc)}"
+                return self._cannot_spawn(argv, exc)
             code = result.returncode
             if code == 0:
                 return None
@@ -211,6 +206,22 @@ class ReadyProbe:
                 return f"killed by {signal_name(-code)}"
             return f"exited with {code}"
         return f"did not finish within {format_duration(EXEC_TIMEOUT)} (killed)"
+
+
+    def _cannot_spawn(self, argv: tuple[str, ...], exc: OSError) -> str:
+        if isinstance(exc, FileNotFoundError):
+            missing = exc.filename if exc.filename is not None else argv[0]
+            if missing == self.cwd:
+                reason = f"working directory {missing} does not exist"
+            else:
+                reason = f"{missing}: command not found"
+        else:
+            reason = f"{argv[0]}: {_reason(exc)}"
+        # Almost always a mistake in the configuration, and the wait would
+        # otherwise only end in "not ready within ...": say it at once.
+        if reason != self.last_failure:
+            log.warning("ready check %s cannot run: %s", describe(self.check), reason)
+        return reason
 
 
 async def wait_ready(

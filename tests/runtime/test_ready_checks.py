@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import ssl
@@ -376,10 +377,17 @@ async def test_exec_passes_once_the_condition_holds(tmp_path: Path) -> None:
         await probe.wait()
 
 
-async def test_exec_missing_command_says_so() -> None:
+async def test_exec_missing_command_says_so(caplog: pytest.LogCaptureFixture) -> None:
     probe = ReadyProbe(ReadyCheck("exec", ("no-such-ready-command-xyz",), interval=FAST))
-    await never_ready(probe, 0.2)
+    with caplog.at_level(logging.WARNING, logger="supervisor.readiness"):
+        await never_ready(probe, 0.2)
     assert probe.last_failure == "no-such-ready-command-xyz: command not found"
+    assert probe.attempts > 2
+    # said once, not at every probe
+    assert [r.getMessage() for r in caplog.records] == [
+        "ready check exec `no-such-ready-command-xyz` exits 0 cannot run: "
+        "no-such-ready-command-xyz: command not found"
+    ]
 
 
 async def test_exec_missing_cwd_says_so(tmp_path: Path) -> None:

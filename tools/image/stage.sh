@@ -1,0 +1,106 @@
+#!/bin/sh
+# The steps of the Dockerfile that need more than one line of shell, kept in
+# one POSIX sh script so that the Dockerfile stays readable and the same rules
+# (which plugin needs which Debian package) live in one place.
+#
+#   stage.sh build-deps      apt packages to compile the wheels (build stage)
+#   stage.sh core-deps       the core's runtime dependencies into the venv
+#   stage.sh install SRC     the project and the chosen plugins into the venv
+#   stage.sh runtime-deps    shared libraries the venv needs (runtime stage)
+#
+# PLUGINS (build arg) names optional plugins by their directory under
+# plugins/; every plugin not listed in OPTIONAL_PLUGINS is always installed.
+set -eu
+
+VENV=${VENV:-/opt/supervisor}
+OPTIONAL_PLUGINS="kubernetes libvirt"
+PLUGINS=${PLUGINS:-}
+
+export DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# An empty build arg would make pip look for a CA bundle named "".
+[ -n "${PIP_CERT:-}" ] || unset PIP_CERT
+# python-prctl's setup.py compares kernel versions as strings.
+export PRCTL_SKIP_KERNEL_CHECK=1
+
+die() { echo "stage.sh: $*" >&2; exit 1; }
+
+wants() { case " $PLUGINS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+apt_install() {
+    missing=""
+    for package in "$@"; do
+        dpkg -s "$package" >/dev/null 2>&1 || missing="$missing $package"
+    done
+    [ -n "$missing" ] || return 0
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb
+}
+
+build_deps() {
+    packages="gcc libc6-dev libcap-dev"
+    # python:3.x images carry the C headers of their own Python in
+    # /usr/local/include; Debian's python3 needs python3-dev for them.
+    include=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+    [ -e "$include/Python.h" ] || packages="$packages python3-dev"
+    if wants libvirt; then packages="$packages libvirt-dev pkg-config"; fi
+    # shellcheck disable=SC2086
+    apt_install $packages
+}
+
+core_deps() {
+    # Only the dependencies, read from pyproject.toml: this layer (and the
+    # compiled python-prctl wheel in it) stays cached while the sources change.
+    python3 -m venv "$VENV"
+    python3 -c '
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+' "$1/pyproject.toml" >/tmp/core-requirements.txt
+    "$VENV/bin/pip" install -q --no-compile --use-pep517 -r /tmp/core-requirements.txt
+    rm /tmp/core-requirements.txt
+}
+
+install() {
+    src=$1
+    for name in $PLUGINS; do
+        case " $OPTIONAL_PLUGINS " in
+            *" $name "*) ;;
+            *) die "unknown optional plugin '$name' in PLUGINS (choose from: $OPTIONAL_PLUGINS)" ;;
+        esac
+        [ -f "$src/plugins/$name/pyproject.toml" ] || die "plugins/$name/pyproject.toml is missing"
+    done
+    set -- "$src"
+    for project in "$src"/plugins/*/pyproject.toml; do
+        [ -f "$project" ] || continue
+        dir=${project%/pyproject.toml}
+        name=${dir##*/}
+        case " $OPTIONAL_PLUGINS " in
+            *" $name "*) wants "$name" || continue ;;
+        esac
+        set -- "$@" "$dir"
+    done
+    echo "installing: $*"
+    "$VENV/bin/pip" install -q --no-compile --use-pep517 "$@"
+    # Compiled once here: a non-root user cannot write .pyc files into the
+    # root-owned venv, and without them every start pays for compiling trio.
+    # unchecked-hash: the files never change in the image, so skip the stat.
+    "$VENV/bin/python" -m compileall -q -j 0 --invalidation-mode unchecked-hash "$VENV/lib" >/dev/null
+    "$VENV/bin/supervisor" --version >/dev/null || die "the installed supervisor does not start"
+}
+
+runtime_deps() {
+    packages="libcap2"
+    if wants libvirt; then packages="$packages libvirt0"; fi
+    # shellcheck disable=SC2086
+    apt_install $packages
+}
+
+case ${1:-} in
+    build-deps) build_deps ;;
+    core-deps) core_deps "${2:?source directory}" ;;
+    install) install "${2:?source directory}" ;;
+    runtime-deps) runtime_deps ;;
+    *) die "usage: stage.sh build-deps|core-deps SRC|install SRC|runtime-deps" ;;
+esac

@@ -35,11 +35,12 @@ from ._store import RESOURCES, ApiError, Resource, Store, status_body
 __all__ = ["Fault", "KubeAPIServer", "Request"]
 
 _CORE = re.compile(
-    r"^/api/(?P<version>v1)/(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$"
+    r"^/api/(?P<version>v1)/(?:namespaces/(?P<ns>[^/]+)/)?"
+    r"(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$"
 )
 _GROUP = re.compile(
     r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/(?:namespaces/(?P<ns>[^/]+)/)?"
-    r"(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$"
+    r"(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$"
 )
 
 
@@ -131,6 +132,7 @@ class KubeAPIServer:
         self._thread: threading.Thread | None = None
         self._handlers: set[socket.socket] = set()
         self._handlers_lock = threading.Lock()
+        self._stopping = threading.Event()
 
     # -- life cycle ----------------------------------------------------------
 
@@ -157,6 +159,7 @@ class KubeAPIServer:
     def start(self) -> KubeAPIServer:
         if self._httpd is not None:
             return self
+        self._stopping.clear()
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._cert.configure_cert(context)
         server = _HTTPServer((self.host, self._port), _Handler)
@@ -175,6 +178,7 @@ class KubeAPIServer:
         server, self._httpd = self._httpd, None
         if server is None:
             return
+        self._stopping.set()
         server.shutdown()
         server.server_close()
         with self._handlers_lock:
@@ -372,7 +376,7 @@ class _Handler(BaseHTTPRequestHandler):
         fault = api._fault_for(method, path, is_watch)
         if fault is not None:
             if fault.delay:
-                time.sleep(fault.delay)
+                api._stopping.wait(fault.delay)  # stop() cuts a slow answer short
             if fault.status is not None:
                 reason = _REASONS.get(fault.status, "InternalError")
                 raise ApiError(fault.status, reason, f"injected fault: {reason}")

@@ -27,6 +27,8 @@ __all__ = ["KubernetesPlugin", "KubernetesSettings"]
 
 __version__ = "0.1.0"
 
+_REPORT_TIME = 0.5
+
 
 @dataclass
 class _Connection:
@@ -151,6 +153,9 @@ class KubernetesPlugin:
             return
         events = EventRecorder(connection.api if settings.events else None, identity, ctx.log)
         budget = max(0.0, deadline.remaining_for_hooks() - drain.propagation_delay)
+        # Stop watching a little before the hook's own cancellation, so that
+        # a timeout is still logged and recorded as one.
+        budget -= min(_REPORT_TIME, budget * 0.1)
         until = started + min(drain.timeout, budget)
         async with trio.open_nursery() as nursery:
             with ctx.timeline.step("pre_stop", "endpoint drain", plugin=ctx.plugin) as step:

@@ -38,6 +38,7 @@ Obj = dict[str, Any]
 _THREADS = 4
 # A call needs at least this much time to be worth starting.
 _MIN_CALL = 0.05
+_CALL_SLACK = 0.25
 
 
 class APIError(Exception):
@@ -70,6 +71,7 @@ def load_client(settings: KubernetesSettings) -> tuple[Any, str | None]:
     account, else $KUBECONFIG / ~/.kube/config; and the kubeconfig context's
     namespace, if any.  Blocking (file reads, maybe an exec credential
     plugin): call it in a thread."""
+    import urllib3  # noqa: PLC0415 - the client's transport
     from kubernetes import client, config  # noqa: PLC0415 - only when enabled
     from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
     from kubernetes.config.incluster_config import InClusterConfigLoader  # noqa: PLC0415
@@ -101,9 +103,9 @@ def load_client(settings: KubernetesSettings) -> tuple[Any, str | None]:
             loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
     except (ConfigException, OSError, ValueError) as exc:
         raise APIError(f"cannot configure the Kubernetes client: {exc}") from exc
-    # Retries are ours to bound by the deadline; one transparent retry covers
-    # a pooled keep-alive connection the server has closed meanwhile.
-    configuration.retries = 1
+    # Retries are ours to bound by the deadline: a read that timed out is not
+    # tried again (it would outlive the deadline); a refused connect is, once.
+    configuration.retries = urllib3.Retry(total=1, connect=1, read=0, status=0, redirect=0, other=0)
     return client.ApiClient(configuration), namespace
 
 
@@ -130,7 +132,10 @@ class KubeAPI:
         deadline leaves hooks."""
         seconds = self.request_timeout if limit is None else limit
         if deadline is not None:
-            seconds = min(seconds, deadline.remaining_for_hooks())
+            # End a little before the hook is cancelled, so that a call that
+            # runs out of time is reported as a failed call.
+            left = deadline.remaining_for_hooks()
+            seconds = min(seconds, left - min(_CALL_SLACK, left * 0.1))
         if seconds < _MIN_CALL:
             raise APIError("no time left before the shutdown deadline")
         return seconds

@@ -203,12 +203,16 @@ class _Drainer:
     async def _watch_once(self, version: str, seconds: int) -> str:
         """One watch request; returns the version to resume from."""
         tracker = self.tracker
+        error: APIError | None = None
         async with self.api.watch_endpoint_slices(
             self.pod.namespace, self.selector, version, seconds
         ) as events:
             async for item in events:
                 if isinstance(item, APIError):
-                    raise item
+                    # Raised outside the watch's nursery, as itself rather
+                    # than inside an exception group.
+                    error = item
+                    break
                 obj = item["object"]
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                 kind = item["type"]
@@ -221,6 +225,8 @@ class _Drainer:
                 self.progress.report(tracker)
                 if tracker.drained:
                     break
+        if error is not None:
+            raise error
         return version
 
 

@@ -1,0 +1,78 @@
+"""Building the plugin as the host would: settings from a real YAML file,
+a Context, a Deadline, and the shutdown hooks called in the plan's order."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from supervisor_kubernetes import KubernetesPlugin
+
+from supervisor import Context, Deadline, ExitStatus
+from tests.kubeapi import Cluster, KubeAPIServer
+from tests.plugins._helpers import FakeProcess, configure, make_context
+
+__all__ = ["Harness", "KubeTarget", "harness"]
+
+
+@dataclass
+class KubeTarget:
+    """Where the tests run and how a plugin or a process reaches it."""
+
+    cluster: Cluster
+    fake: KubeAPIServer | None
+    plugin_yaml: str  # connection settings for the plugin's YAML section
+    env: dict[str, str] = field(default_factory=dict)  # for processes (in-cluster env)
+    service_account_dir: str | None = None
+    kubeconfig: str | None = None
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.namespace
+
+
+@dataclass
+class Harness:
+    plugin: KubernetesPlugin
+    ctx: Context
+
+    async def shutdown_started(self, deadline: Deadline, reason: str = "SIGTERM") -> None:
+        with deadline.scope():
+            await self.plugin.supervisor_shutdown_started(
+                ctx=self.ctx, deadline=deadline, reason=reason
+            )
+
+    async def pre_stop(self, deadline: Deadline) -> float:
+        """Run the hook under the deadline as the host does; returns when it
+        ended (time.monotonic(), comparable with the scenario's clocks)."""
+        with deadline.scope():
+            await self.plugin.supervisor_pre_stop(ctx=self.ctx, deadline=deadline)
+        return time.monotonic()
+
+    async def after_stop(self, deadline: Deadline, process: str = "controller") -> None:
+        info = FakeProcess(process, running=False, status=ExitStatus(code=0))
+        with deadline.scope():
+            await self.plugin.supervisor_after_process_stop(
+                ctx=self.ctx, deadline=deadline, process=info, status=info.status
+            )
+
+
+def harness(kube: KubeTarget, tmp_path: Path, pod: str, section: str = "") -> Harness:
+    """The plugin configured from YAML (call inside trio)."""
+    body = textwrap.indent(textwrap.dedent(section).strip("\n"), "    ")
+    yaml = (
+        "processes:\n"
+        "  - name: controller\n"
+        "    command: ['true']\n"
+        "    main: true\n"
+        "plugins:\n"
+        "  kubernetes:\n"
+        f"    {kube.plugin_yaml}\n"
+        f"    pod: {{name: {pod}, namespace: {kube.namespace}}}\n"
+        f"{body}\n"
+    )
+    plugin = KubernetesPlugin()
+    parsed, config = configure(plugin, tmp_path, yaml, "kubernetes")  # type: ignore[arg-type]
+    return Harness(plugin, make_context("kubernetes", parsed, config))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import graphlib
 from collections.abc import Mapping, Sequence
 
 from .._units import format_duration
@@ -19,25 +20,16 @@ def start_levels(config: Config) -> list[list[ProcessSpec]]:
     is kept.  Dependencies on names that are not in ``config`` are ignored
     (load_config has already reported them).
     """
-    by_name = {p.name: p for p in config.processes}
+    names = {p.name for p in config.processes}
+    graph = {p.name: [d for d in p.depends_on if d in names] for p in config.processes}
+    try:
+        order = list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        raise ValueError(f"dependency cycle: {' -> '.join(reversed(exc.args[1]))}") from None
     depth: dict[str, int] = {}
-
-    def level_of(process: ProcessSpec, seen: tuple[str, ...]) -> int:
-        if process.name in depth:
-            return depth[process.name]
-        if process.name in seen:
-            cycle = " -> ".join((*seen[seen.index(process.name) :], process.name))
-            raise ValueError(f"dependency cycle: {cycle}")
-        deps = [by_name[d] for d in process.depends_on if d in by_name]
-        level = 1 + max((level_of(d, (*seen, process.name)) for d in deps), default=-1)
-        depth[process.name] = level
-        return level
-
-    levels: list[list[ProcessSpec]] = []
-    for process in config.processes:
-        level = level_of(process, ())
-        while len(levels) <= level:
-            levels.append([])
+    for name in order:
+        depth[name] = 1 + max((depth[d] for d in graph[name]), default=-1)
+    levels: list[list[ProcessSpec]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
     for process in config.processes:
         levels[depth[process.name]].append(process)
     return levels

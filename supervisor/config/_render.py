@@ -84,8 +84,6 @@ def _start_text(process: ProcessSpec, *, needed: bool) -> str:
         parts.append(describe_ready(process.ready))
     elif needed:
         parts.append("ready once started")
-    elif not process.depends_on:
-        parts.append("started first")
     if process.restart != "never":
         backoff = process.backoff
         window = format_duration(backoff.window)

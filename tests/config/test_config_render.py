@@ -1,0 +1,148 @@
+"""The plan `supervisor check` prints, for the shipped examples and edge cases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from supervisor.config import Config, ProcessSpec, ReadyCheck, load_config, render_plan
+
+from .conftest import Load
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+HOOKS = {
+    "supervisor_startup": ["http"],
+    "background": ["kubernetes"],
+    "shutdown_started": ["kubernetes"],
+    "pre_stop": ["sleep", "kubernetes"],
+    "before_process_stop": ["audit"],
+    "after_process_stop:web": ["kubernetes"],
+    "post_stop": ["exec"],
+    "process_exited": ["audit"],
+    "after_process_stop:gone": [],
+}
+
+WEBAPP_PLAN = """\
+Configuration {path} is valid.
+
+Start order
+  startup hooks              http
+  1. web (main)              ready when GET http://127.0.0.1:8080/ answers 2xx (within 10s)
+  2. worker                  after web; restart on-failure (at most 5 in 60s)
+  2. metrics                 after web; ready when 127.0.0.1:9100 accepts TCP connections (within 60s)
+  background hooks           kubernetes
+
+Shutdown plan (grace period 15s; SIGKILL escalation at 15s; hooks end 1s before it)
+  shutdown_started           kubernetes                            [0s]
+  pre_stop                   sleep, kubernetes                     [0s – D: until drained]
+  1. stop worker             SIGTERM, up to 3s                     [D – D+3s]
+     before_process_stop     audit
+  1. stop metrics            SIGTERM, up to 3s                     [D – D+3s]
+     before_process_stop     audit
+  2. stop web                SIGINT, up to 5s                      [D+3s – D+8s]
+     before_process_stop     audit
+     after_process_stop      kubernetes
+  post_stop                  exec
+  Stop timeouts claim at most 8s of 15s; pre_stop fits them all if D <= 7s.
+
+Other hooks
+  process_exited             audit
+"""
+
+WEBAPP_PLAN_NO_HOOKS = """\
+Configuration {path} is valid.
+
+Start order
+  1. web (main)              ready when GET http://127.0.0.1:8080/ answers 2xx (within 10s)
+  2. worker                  after web; restart on-failure (at most 5 in 60s)
+  2. metrics                 after web; ready when 127.0.0.1:9100 accepts TCP connections (within 60s)
+
+Shutdown plan (grace period 15s; SIGKILL escalation at 15s; hooks end 1s before it)
+  1. stop worker             SIGTERM, up to 3s                     [0s – 3s]
+  1. stop metrics            SIGTERM, up to 3s                     [0s – 3s]
+  2. stop web                SIGINT, up to 5s                      [3s – 8s]
+  post_stop                  -
+  Stop timeouts claim at most 8s of 15s; 7s to spare.
+"""
+
+MINIMAL_PLAN = """\
+Configuration {path} is valid.
+
+Start order
+  1. app (main)
+
+Shutdown plan (grace period 30s; SIGKILL escalation at 30s; hooks end 1s before it)
+  1. stop app                SIGTERM, until the deadline           [0s – 30s]
+  post_stop                  -
+  Stop timeouts claim nothing: each stop may use whatever is left of the grace period.
+"""
+
+
+def test_webapp_plan_with_hooks() -> None:
+    path = str(EXAMPLES / "webapp.yaml")
+    assert render_plan(load_config(path, {}), HOOKS) == WEBAPP_PLAN.format(path=path)
+
+
+def test_webapp_plan_without_hooks() -> None:
+    path = str(EXAMPLES / "webapp.yaml")
+    assert render_plan(load_config(path, {}), {}) == WEBAPP_PLAN_NO_HOOKS.format(path=path)
+
+
+def test_webapp_ports_follow_the_environment() -> None:
+    config = load_config(
+        str(EXAMPLES / "webapp.yaml"), {"WEBAPP_PORT": "18080", "METRICS_PORT": "19100"}
+    )
+    plan = render_plan(config, {})
+    assert "GET http://127.0.0.1:18080/ answers 2xx" in plan
+    assert "127.0.0.1:19100 accepts TCP connections" in plan
+
+
+def test_minimal_plan() -> None:
+    path = str(EXAMPLES / "minimal.yaml")
+    assert render_plan(load_config(path, {}), {}) == MINIMAL_PLAN.format(path=path)
+
+
+def test_plan_shows_overruns_and_every_ready_kind(load: Load) -> None:
+    config = load(
+        """
+        grace_period: 10s
+        processes:
+          - {name: a, command: x, ready: {exec: "pg_isready -h 'db host'"}, stop_timeout: 8s}
+          - {name: b, command: x, depends_on: [a], ready: {after: 1.5s}, stop_timeout: 6s}
+          - {name: c, command: x, depends_on: [b], ready: {file: /tmp/ok, timeout: 2m}}
+          - {name: d, command: x, depends_on: [c], ready: {socket: /run/s}, stop_signal: QUIT}
+        """
+    )
+    plan = render_plan(config, {})
+    assert "ready when `pg_isready -h 'db host'` exits 0 (within 60s)" in plan
+    assert "after a; ready 1.5s after start" in plan
+    assert "after b; ready when file /tmp/ok exists (within 2m)" in plan
+    assert "after c; ready when socket /run/s exists (within 60s)" in plan
+    assert "  1. stop d                  SIGQUIT, until the deadline           [0s – 10s]" in plan
+    assert "  3. stop b                  SIGTERM, up to 6s                     [0s – 6s]" in plan
+    assert (
+        "  4. stop a                  SIGTERM, up to 8s                     [6s – 14s]"
+        "  exceeds the grace period"
+    ) in plan
+    assert "Stop timeouts claim 14s, 4s more than the grace period." in plan
+
+
+def test_plan_without_a_file_or_processes() -> None:
+    plan = render_plan(Config(), {})
+    assert plan.startswith("Configuration is valid.\n")
+    assert "  (no processes)" in plan and "  (no processes to stop)" in plan
+
+
+def test_plan_for_a_hand_made_config() -> None:
+    config = Config(
+        processes=(
+            ProcessSpec(name="db", command=("x",), ready=ReadyCheck("tcp", "127.0.0.1:5432")),
+            ProcessSpec(
+                name="app", command=("y",), depends_on=("db",), main=True, stop_timeout=0.5
+            ),
+        ),
+        grace_period=2.0,
+    )
+    plan = render_plan(config, {})
+    assert "grace period 2s; SIGKILL escalation at 2s; hooks end 200ms before it" in plan
+    assert "  1. stop app                SIGTERM, up to 500ms                  [0s – 500ms]" in plan

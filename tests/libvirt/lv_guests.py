@@ -65,6 +65,14 @@ class Guests:
             return dom
         return self.conn.createXML(xml, 0)
 
+    def reconnect(self, uri: str) -> None:
+        """After a libvirtd restart: the old connection is dead."""
+        try:
+            self.conn.close()
+        except libvirt.libvirtError:
+            pass
+        self.conn = libvirt.open(uri)
+
     def console(self, name: str) -> Path:
         return self.console_dir / f"{name}.log"
 

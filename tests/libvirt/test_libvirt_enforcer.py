@@ -1,0 +1,88 @@
+"""The deletion-deadline enforcer on the test:///default driver."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+import trio
+
+from supervisor_libvirt._connection import Hypervisor
+from supervisor_libvirt._enforcer import Enforcer
+from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
+from supervisor_libvirt._settings import EnforcerSettings, LibvirtSettings
+from tests.libvirt import lv_testdriver as td
+
+LOG = logging.getLogger("supervisor.plugin.libvirt")
+
+
+def request(dom: Any, requested_at: float, grace: float | None = None) -> None:
+    xml = ShutdownRequest(requested_at=requested_at, grace=grace).to_xml()
+    dom.setMetadata(2, xml, KEY, NAMESPACE, 1)
+
+
+async def run_enforcer(seconds: float, *, resync: float = 0.1, grace: float = 300.0) -> Enforcer:
+    settings = LibvirtSettings(uri=td.URI, enforcer=EnforcerSettings(resync_interval=resync, grace=grace))
+    async with Hypervisor(td.URI, LOG) as hv:
+        enforcer = Enforcer(hv, settings, LOG)
+        with trio.move_on_after(seconds):
+            await enforcer.run()
+    return enforcer
+
+
+async def test_overdue_domain_is_destroyed_and_others_are_left_alone(
+    testconn: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    overdue = td.start(testconn, "t-overdue", stubborn=True)
+    request(overdue, time.time() - 10, grace=5)
+    td.start(testconn, "t-unmarked", stubborn=True)
+    enforcer = await run_enforcer(0.5)
+    assert enforcer.destroyed == ["t-overdue"]
+    assert td.state(testconn, "t-overdue") == (td.STATE_SHUTOFF, td.REASON_DESTROYED)
+    assert td.state(testconn, "t-unmarked")[0] == td.STATE_RUNNING  # type: ignore[index]
+    assert "t-unmarked" not in caplog.text
+
+
+async def test_request_within_grace_is_resent_then_destroyed_once_grace_passes(
+    testconn: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    dom = td.start(testconn, "t-stubborn", stubborn=True)
+    request(dom, time.time(), grace=0.6)
+    started = time.monotonic()
+    enforcer = await run_enforcer(1.5)
+    assert enforcer.destroyed == ["t-stubborn"]
+    resent = caplog.text.count("t-stubborn: shutdown requested")
+    assert resent >= 3  # one per pass (0.1 s) during the 0.6 s grace
+    assert "destroying it" in caplog.text
+    assert time.monotonic() - started >= 0.6
+
+
+async def test_graceful_domain_shuts_down_on_the_request(testconn: Any) -> None:
+    dom = td.start(testconn, "t-graceful")
+    request(dom, time.time(), grace=60)
+    enforcer = await run_enforcer(0.3)
+    assert enforcer.destroyed == []
+    assert td.state(testconn, "t-graceful") == (td.STATE_SHUTOFF, td.REASON_SHUTDOWN)
+
+
+async def test_default_grace_applies_when_the_request_has_none(testconn: Any) -> None:
+    dom = td.start(testconn, "t-stubborn", stubborn=True)
+    request(dom, time.time() - 2)
+    enforcer = await run_enforcer(0.3, grace=1.0)
+    assert enforcer.destroyed == ["t-stubborn"]
+
+
+async def test_invalid_request_is_reported_once_and_ignored(
+    testconn: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    dom = td.start(testconn, "t-bad", stubborn=True)
+    dom.setMetadata(2, '<shutdown requested-at="yesterday"/>', KEY, NAMESPACE, 1)
+    enforcer = await run_enforcer(0.35)
+    assert enforcer.destroyed == []
+    assert caplog.text.count("ignoring invalid shutdown request") == 1
+    assert "requested-at: invalid time 'yesterday'" in caplog.text
+    assert td.state(testconn, "t-bad")[0] == td.STATE_RUNNING  # type: ignore[index]

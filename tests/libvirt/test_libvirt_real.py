@@ -1,0 +1,176 @@
+"""Real QEMU guests (TCG) on a private libvirtd: what a pod that runs VMs sees.
+
+Guests boot in a few seconds each; tests start their guests together and
+wait for them in parallel to keep the suite short on two cores.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from typing import Any
+
+import pytest
+import trio
+
+from supervisor import Deadline, Timeline
+from supervisor_libvirt._connection import Hypervisor
+from supervisor_libvirt._domains import Selection
+from supervisor_libvirt._enforcer import Enforcer
+from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
+from supervisor_libvirt._settings import EnforcerSettings, LibvirtSettings
+from supervisor_libvirt._shutdown import Result, shut_down_all
+from tests.libvirt.lv_daemon import Libvirtd
+from tests.libvirt.lv_guests import Guests
+
+pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.xdist_group("libvirt")]
+
+LOG = logging.getLogger("supervisor.plugin.libvirt")
+SHUTOFF = 5
+REASON_SHUTDOWN, REASON_DESTROYED = 1, 2
+
+
+def settings(libvirtd: Libvirtd, **overrides: Any) -> LibvirtSettings:
+    values: dict[str, Any] = {
+        "uri": libvirtd.uri,
+        "selection": Selection(names=("rt-*",)),
+        "shutdown_timeout": 8.0,
+        "resend_interval": 2.0,
+        "poll_interval": 0.5,
+        "destroy_reserve": 3.0,
+    }
+    values.update(overrides)
+    return LibvirtSettings(**values)
+
+
+async def shut_down(config: LibvirtSettings, budget: float = 30.0) -> tuple[dict[str, Result], float]:
+    timeline = Timeline()
+    started = trio.current_time()
+    async with Hypervisor(config.uri, LOG) as hv:
+        results = await shut_down_all(
+            hv, config, Deadline(budget), timeline, phase="before_process_stop", plugin="libvirt", log=LOG
+        )
+    return results, trio.current_time() - started
+
+
+def presses(result: Result) -> int:
+    return int(result.detail.split()[0]) if result.detail[0].isdigit() else int(result.detail.split()[1])
+
+
+async def test_graceful_guests_shut_down_and_the_stubborn_one_is_destroyed_at_its_deadline(
+    guests: Guests, libvirtd: Libvirtd
+) -> None:
+    for name, flavour in (("rt-graceful", "graceful"), ("rt-slow", "slow"), ("rt-stubborn", "stubborn")):
+        guests.start(name, flavour, persistent=True)
+    guests.wait_ready("rt-graceful", "rt-slow", "rt-stubborn")
+    results, elapsed = await shut_down(settings(libvirtd, shutdown_timeout=8.0, resend_interval=5.0))
+
+    assert results["rt-graceful"].outcome == "shut down"
+    assert results["rt-slow"].outcome == "shut down"
+    assert guests.state("rt-graceful") == (SHUTOFF, REASON_SHUTDOWN)
+    assert guests.state("rt-slow") == (SHUTOFF, REASON_SHUTDOWN)
+    assert "guest: powering off" in guests.output("rt-slow")
+
+    assert results["rt-stubborn"].outcome == "destroyed"
+    assert guests.state("rt-stubborn") == (SHUTOFF, REASON_DESTROYED)
+    assert presses(results["rt-stubborn"]) >= 2  # re-sent at 5 s
+    # Destroyed at its 8 s timeout (QEMU takes a moment to exit), not later.
+    assert 8.0 <= elapsed < 14.0
+
+
+async def test_press_during_boot_is_lost_and_the_resend_stops_the_guest(guests: Guests, libvirtd: Libvirtd) -> None:
+    guests.start("rt-booting", "graceful")
+    assert "guest: ready" not in guests.output("rt-booting")  # still booting: the press goes nowhere
+    results, _ = await shut_down(settings(libvirtd, shutdown_timeout=40.0, resend_interval=1.5))
+    result = results["rt-booting"]
+    assert result.outcome == "shut down"
+    assert presses(result) >= 2
+    console = guests.output("rt-booting")
+    assert console.count("guest: power button pressed") == 1  # only a press after boot arrived
+    assert guests.state("rt-booting") is None  # transient: gone once off
+
+
+async def test_guests_in_parallel_take_about_as_long_as_one(guests: Guests, libvirtd: Libvirtd) -> None:
+    names = [f"rt-par-{i}" for i in range(3)]
+    for name in names:
+        guests.start(name, "slow")
+    guests.wait_ready(*names)
+    results, elapsed = await shut_down(settings(libvirtd, shutdown_timeout=30.0, resend_interval=10.0))
+    assert {r.outcome for r in results.values()} == {"shut down"}
+    # Each takes 3 s after its press; one after another would be >= 9 s.
+    assert 3.0 <= elapsed < 7.5
+
+
+async def test_managedsave_produces_a_saved_image(guests: Guests, libvirtd: Libvirtd) -> None:
+    dom = guests.start("rt-saved", "stubborn", persistent=True)
+    guests.wait_ready("rt-saved")
+    results, _ = await shut_down(settings(libvirtd, mode="managedsave"))
+    assert results["rt-saved"].outcome == "saved"
+    assert dom.hasManagedSaveImage(0)
+    assert (libvirtd.save_dir / "rt-saved.save").stat().st_size > 1_000_000
+    assert guests.state("rt-saved") == (SHUTOFF, 5)  # reason: saved
+
+
+async def test_enforcer_destroys_a_guest_whose_grace_has_passed(guests: Guests, libvirtd: Libvirtd) -> None:
+    stubborn = guests.start("rt-enf-stubborn", "stubborn")
+    graceful = guests.start("rt-enf-graceful", "graceful")
+    guests.wait_ready("rt-enf-stubborn", "rt-enf-graceful")
+    now = time.time()
+    for dom in (stubborn, graceful):
+        dom.setMetadata(2, ShutdownRequest(requested_at=now, grace=3.0).to_xml(), KEY, NAMESPACE, 1)
+    config = settings(libvirtd, enforcer=EnforcerSettings(resync_interval=0.5))
+    async with Hypervisor(config.uri, LOG) as hv:
+        enforcer = Enforcer(hv, config, LOG)
+        with trio.move_on_after(6.0):
+            await enforcer.run()
+    assert enforcer.destroyed == ["rt-enf-stubborn"]
+    assert guests.state("rt-enf-stubborn") is None  # transient: destroyed means gone
+    assert guests.state("rt-enf-graceful") is None
+    assert "guest: powering off" in guests.output("rt-enf-graceful")
+
+
+async def test_libvirtd_down_mid_shutdown_is_reported_and_the_plan_finishes_in_time(
+    guests: Guests, libvirtd: Libvirtd, caplog: pytest.LogCaptureFixture
+) -> None:
+    guests.start("rt-orphan", "stubborn")
+    guests.wait_ready("rt-orphan")
+
+    async def kill_daemon() -> None:
+        await trio.sleep(1.0)
+        await trio.to_thread.run_sync(libvirtd.stop, signal.SIGKILL)
+
+    budget = 6.0
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(kill_daemon)
+        with trio.fail_after(budget):
+            results, elapsed = await shut_down(settings(libvirtd, shutdown_timeout=30.0), budget=budget)
+    assert "lost the connection to" in caplog.text
+    assert results["rt-orphan"].outcome == "failed"
+    assert elapsed < budget
+    libvirtd.start()  # QEMU kept running without its daemon; the restarted one finds it again
+    guests.reconnect(libvirtd.uri)
+    assert guests.state("rt-orphan") == (1, 1)  # running, booted
+
+
+async def test_libvirtd_restarted_mid_shutdown_is_reconnected(
+    guests: Guests, libvirtd: Libvirtd, caplog: pytest.LogCaptureFixture
+) -> None:
+    guests.start("rt-restart-slow", "slow")
+    guests.start("rt-restart-stubborn", "stubborn")
+    guests.wait_ready("rt-restart-slow", "rt-restart-stubborn")
+
+    async def restart_daemon() -> None:
+        await trio.sleep(0.5)
+        await trio.to_thread.run_sync(libvirtd.stop)
+        await trio.sleep(1.0)
+        await trio.to_thread.run_sync(libvirtd.start)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(restart_daemon)
+        results, elapsed = await shut_down(settings(libvirtd, shutdown_timeout=10.0), budget=25.0)
+    assert "lost the connection to" in caplog.text
+    assert "reconnected to" in caplog.text
+    assert results["rt-restart-slow"].outcome == "shut down"
+    assert results["rt-restart-stubborn"].outcome == "destroyed"
+    assert elapsed < 25.0

@@ -46,6 +46,9 @@ async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
         ctx.log.info("not sleeping: the main process has already exited")
         return
     available = deadline.remaining_for_hooks()
+    if available <= 0:
+        ctx.log.warning("not sleeping: the shutdown deadline leaves no time for hooks")
+        return
     if settings.seconds > available:
         ctx.log.warning(
             "sleeping %s instead of %s: the shutdown deadline leaves no more for hooks",

@@ -162,3 +162,13 @@ def test_registered_as_an_entry_point() -> None:
     ]
     assert entry.load() is supervisor_sleep
     assert entry.dist is not None and entry.dist.name == "pid1-supervisor-sleep"
+
+
+async def test_no_sleep_when_the_deadline_has_passed(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    deadline = Deadline(30)
+    deadline.expire("second SIGTERM")
+    elapsed, messages = await _sleep_hook(tmp_path, "15s", deadline)
+    assert elapsed == 0
+    assert messages == ["not sleeping: the shutdown deadline leaves no time for hooks"]

@@ -29,8 +29,9 @@ import trio
 
 from supervisor._units import format_duration, signal_name
 from supervisor.config._model import ReadyCheck
+from supervisor.config._ready import parse_tcp_address
 
-__all__ = ["ReadyProbe", "describe", "parse_host_port", "wait_ready"]
+__all__ = ["ReadyProbe", "describe", "wait_ready"]
 
 log = logging.getLogger("supervisor.readiness")
 
@@ -63,25 +64,6 @@ def describe(check: ReadyCheck) -> str:
     if kind == "file":
         return f"file {_path(check)} exists"
     return f"after {format_duration(_seconds(check))}"
-
-
-def parse_host_port(text: str) -> tuple[str, int]:
-    """Split ``host:port`` or ``[v6-address]:port``; ValueError says what is wrong."""
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-        if not sep or not host:
-            raise ValueError(f"invalid address {text!r}: use [IPv6-address]:port, e.g. [::1]:8080")
-    else:
-        host, sep, port = text.rpartition(":")
-        if not sep or not host:
-            raise ValueError(f"invalid address {text!r}: use host:port, e.g. 127.0.0.1:8080")
-        if ":" in host:
-            raise ValueError(
-                f"invalid address {text!r}: put an IPv6 address in brackets, [::1]:8080"
-            )
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f"invalid port in {text!r}: use a number from 1 to 65535")
-    return host, int(port)
 
 
 class ReadyProbe:
@@ -158,7 +140,8 @@ class ReadyProbe:
         return f"no connection within {format_duration(CONNECT_TIMEOUT)}"
 
     async def _probe_tcp(self) -> str | None:
-        host, port = parse_host_port(_text(self.check))
+        # The configuration layer validated the address with the same parser.
+        host, port = parse_tcp_address(_text(self.check))
         with trio.move_on_after(CONNECT_TIMEOUT):
             try:
                 stream = await trio.open_tcp_stream(host, port)

@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from supervisor.config._model import Capabilities, ProcessSpec
+from supervisor.config._process import CAPABILITIES as CONFIG_CAPABILITIES
 from supervisor.runtime.privileges import (
     CAPABILITIES,
     PREEXEC_FAILED_STATUS,
@@ -174,6 +175,12 @@ async def test_group_alone_keeps_the_user() -> None:
     assert ids(status["Uid"]) == [0] * 4
     assert ids(status["Gid"]) == [1] * 4
     assert 1 in ids(status["Groups"])
+
+
+def test_every_capability_the_configuration_accepts_can_be_applied() -> None:
+    assert set(CONFIG_CAPABILITIES) <= set(CAPABILITIES)
+    # every capability of Linux 6.x (0-40) has its name
+    assert set(CAPABILITIES.values()) == set(range(41))
 
 
 def test_unknown_user_group_or_capability_is_a_clear_error() -> None:

@@ -18,7 +18,7 @@ import trustme
 
 from supervisor.config._model import ReadyCheck
 from supervisor.runtime import readiness
-from supervisor.runtime.readiness import ReadyProbe, describe, parse_host_port, wait_ready
+from supervisor.runtime.readiness import ReadyProbe, describe, wait_ready
 
 FAST = 0.02  # probe interval for real-clock tests
 
@@ -60,7 +60,7 @@ async def never_ready(probe: ReadyProbe, seconds: float = 0.4) -> None:
     assert scope.cancelled_caught, "the check passed but should not have"
 
 
-# -- describe / parse -------------------------------------------------------
+# -- describe -------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -81,36 +81,6 @@ async def never_ready(probe: ReadyProbe, seconds: float = 0.4) -> None:
 )
 def test_describe(check: ReadyCheck, text: str) -> None:
     assert describe(check) == text
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("127.0.0.1:8080", ("127.0.0.1", 8080)),
-        ("localhost:1", ("localhost", 1)),
-        ("[::1]:80", ("::1", 80)),
-        ("[fe80::1%eth0]:65535", ("fe80::1%eth0", 65535)),
-    ],
-)
-def test_parse_host_port(text: str, expected: tuple[str, int]) -> None:
-    assert parse_host_port(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("127.0.0.1", "use host:port"),
-        (":80", "use host:port"),
-        ("::1:80", "brackets"),
-        ("[::1]80", "[IPv6-address]:port"),
-        ("host:0", "1 to 65535"),
-        ("host:65536", "1 to 65535"),
-        ("host:http", "1 to 65535"),
-    ],
-)
-def test_parse_host_port_rejects(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
-        parse_host_port(text)
 
 
 def test_wrong_target_type_is_a_clear_type_error() -> None:

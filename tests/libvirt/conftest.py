@@ -3,6 +3,7 @@ the tiny guest image and a guest factory for the real ones."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from typing import Any
 
 import libvirt
 import pytest
+
 from tests.libvirt.lv_daemon import Libvirtd
 from tests.libvirt.lv_guestimage import GuestImage, build
 from tests.libvirt.lv_guests import Guests
@@ -77,7 +79,5 @@ def guests(libvirtd: Libvirtd, guest_image: GuestImage) -> Iterator[Guests]:
         factory.cleanup(fresh)
         fresh.close()
     finally:
-        try:
+        with contextlib.suppress(libvirt.libvirtError):
             conn.close()
-        except libvirt.libvirtError:
-            pass

@@ -14,6 +14,7 @@ initramfs stay readable where the tests put them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -72,15 +73,19 @@ class Libvirtd:
             f"mkdir -p {target} && mount --bind {self.base / name} {target}"
             for name, target in _BINDS.items()
         )
-        script = f"set -e\n{mounts}\nexec {LIBVIRTD} --config {self.base / 'etc' / 'libvirtd.conf'} --pid-file {self.base / 'libvirtd.pid'}\n"
+        config, pid_file = self.base / "etc" / "libvirtd.conf", self.base / "libvirtd.pid"
+        script = f"set -e\n{mounts}\nexec {LIBVIRTD} --config {config} --pid-file {pid_file}\n"
         self.process = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-            stdout=subprocess.DEVNULL, stderr=open(self.base / "libvirtd.stderr", "ab"),  # noqa: SIM115
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.base / "libvirtd.stderr", "ab"),  # noqa: SIM115
         )
         end = time.monotonic() + timeout
         while not self._answers():
             if self.process.poll() is not None:
-                raise RuntimeError(f"libvirtd exited with {self.process.returncode}: {self._tail()}")
+                raise RuntimeError(
+                    f"libvirtd exited with {self.process.returncode}: {self._tail()}"
+                )
             if time.monotonic() > end:
                 raise RuntimeError(f"libvirtd did not answer within {timeout}s: {self._tail()}")
             time.sleep(0.1)
@@ -135,7 +140,5 @@ def kill_qemu_under(path: Path) -> None:
         except OSError:
             continue
         if b"qemu-system" in cmdline.split(b"\0", 1)[0] and marker in cmdline:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(entry.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass

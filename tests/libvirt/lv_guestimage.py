@@ -41,7 +41,9 @@ INIT = r"""#!/bin/busybox sh
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
-for module in $(cat /etc/modules); do insmod "/lib/modules/$module" || echo "guest: insmod $module failed"; done
+for module in $(cat /etc/modules); do
+    insmod "/lib/modules/$module" || echo "guest: insmod $module failed"
+done
 mode=honour
 delay=0
 for word in $(cat /proc/cmdline); do
@@ -79,7 +81,9 @@ def kernel_package() -> str:
     """The versioned package the cloud kernel metapackage depends on."""
     out = subprocess.run(
         ["apt-cache", "depends", KERNEL_METAPACKAGE],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     match = re.search(r"Depends:\s*(linux-image-\S+)", out)
     if match is None:
@@ -155,7 +159,10 @@ def _initramfs(modules: Path) -> bytes:
         files = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
         archive = subprocess.run(
             ["cpio", "--quiet", "-o", "-H", "newc", "-R", "0:0"],
-            input="\n".join(files).encode(), cwd=root, check=True, capture_output=True,
+            input="\n".join(files).encode(),
+            cwd=root,
+            check=True,
+            capture_output=True,
         ).stdout
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz:

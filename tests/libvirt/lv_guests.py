@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid as uuidlib
 from pathlib import Path
@@ -67,10 +68,8 @@ class Guests:
 
     def reconnect(self, uri: str) -> None:
         """After a libvirtd restart: the old connection is dead."""
-        try:
+        with contextlib.suppress(libvirt.libvirtError):
             self.conn.close()
-        except libvirt.libvirtError:
-            pass
         self.conn = libvirt.open(uri)
 
     def console(self, name: str) -> Path:
@@ -87,7 +86,9 @@ class Guests:
         for name in names:
             while READY_MARK not in self.output(name):
                 if time.monotonic() > end:
-                    raise TimeoutError(f"guest {name} not ready in {timeout}s: {self.output(name)[-500:]!r}")
+                    raise TimeoutError(
+                        f"guest {name} not ready in {timeout}s: {self.output(name)[-500:]!r}"
+                    )
                 time.sleep(0.05)
 
     def state(self, name: str) -> tuple[int, int] | None:

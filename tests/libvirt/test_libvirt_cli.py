@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 import pytest
+from supervisor_libvirt._metadata import NAMESPACE, ShutdownRequest
 
 from supervisor.cli import main
-from supervisor_libvirt._metadata import NAMESPACE, ShutdownRequest
 from tests.libvirt import lv_testdriver as td
 
 
@@ -23,7 +23,16 @@ def test_request_shutdown_marks_the_domains_and_presses(
     td.start(testconn, "t-op")
     stubborn = td.start(testconn, "t-stubborn", stubborn=True)
     before = time.time()
-    command = ["libvirt", "request-shutdown", "t-op", "t-stubborn", "--uri", td.URI, "--grace", "90s"]
+    command = [
+        "libvirt",
+        "request-shutdown",
+        "t-op",
+        "t-stubborn",
+        "--uri",
+        td.URI,
+        "--grace",
+        "90s",
+    ]
     assert main(command) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["t-op", "t-stubborn"]
@@ -51,7 +60,9 @@ def test_repeated_request_keeps_the_first_time_unless_reset(testconn: Any) -> No
     assert third.grace == 60.0
 
 
-def test_requests_lists_and_cancel_removes(testconn: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_requests_lists_and_cancel_removes(
+    testconn: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     td.start(testconn, "t-op", stubborn=True)
     td.start(testconn, "t-other", stubborn=True)
     main(["libvirt", "request-shutdown", "t-op", "-c", td.URI, "--grace", "5m", "--no-press"])
@@ -67,7 +78,9 @@ def test_requests_lists_and_cancel_removes(testconn: Any, capsys: pytest.Capture
     assert capsys.readouterr().out == ""
 
 
-def test_unknown_domain_is_one_line_and_exit_1(testconn: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_domain_is_one_line_and_exit_1(
+    testconn: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["libvirt", "request-shutdown", "t-nonesuch", "-c", td.URI]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("supervisor libvirt: t-nonesuch: ")

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from supervisor_libvirt import supervisor_configure
+from supervisor_libvirt._settings import LibvirtSettings
 
 from supervisor import Settings
 from supervisor.config import Config, ProcessSpec
-from supervisor_libvirt import supervisor_configure
-from supervisor_libvirt._settings import LibvirtSettings
 
 SUPERVISOR = str(Path(sys.executable).parent / "supervisor")
 
@@ -32,12 +32,18 @@ def check(tmp_path: Path, section: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "pod.yaml"
     path.write_text(HEADER + section)
     return subprocess.run(
-        [SUPERVISOR, "check", "-c", str(path)], capture_output=True, text=True, timeout=60, check=False
+        [SUPERVISOR, "check", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
 def test_valid_section_passes_check_and_shows_the_hooks(tmp_path: Path) -> None:
-    result = check(tmp_path, "    process: libvirtd\n    mode: managedsave\n    enforcer: {grace: 2m}\n")
+    result = check(
+        tmp_path, "    process: libvirtd\n    mode: managedsave\n    enforcer: {grace: 2m}\n"
+    )
     assert result.returncode == 0, result.stderr
     assert "before_process_stop" in result.stdout
     assert "libvirt" in result.stdout
@@ -56,9 +62,12 @@ def test_every_problem_is_reported_with_its_position(tmp_path: Path) -> None:
     path = tmp_path / "pod.yaml"
     lines = result.stderr.strip().splitlines()
     assert lines == [
-        f"{path}:10:14: plugins.libvirt.process: no process named 'libvirt' (processes: libvirtd, provider)",
-        f"{path}:11:11: plugins.libvirt.mode: expected one of shutdown, managedsave, got 'suspend'",
-        f"{path}:12:5: unknown key 'shutdown_timout' in plugins.libvirt (did you mean 'shutdown_timeout'?)",
+        f"{path}:10:14: plugins.libvirt.process: no process named 'libvirt' "
+        "(processes: libvirtd, provider)",
+        f"{path}:11:11: plugins.libvirt.mode: expected one of shutdown, managedsave, "
+        "got 'suspend'",
+        f"{path}:12:5: unknown key 'shutdown_timout' in plugins.libvirt "
+        "(did you mean 'shutdown_timeout'?)",
         f"{path}:13:22: plugins.libvirt.resend_interval: must be more than 0",
         f"{path}:14:23: plugins.libvirt.enforcer.grace: invalid duration 'abc': use a number of "
         "seconds or a number with ms, s, m or h (30, 30s, 500ms, 1.5s, 2m)",
@@ -79,7 +88,9 @@ def test_defaults_follow_the_reference_values() -> None:
     assert parsed.process is None  # shut down in pre_stop
     assert (parsed.mode, parsed.shutdown_timeout, parsed.resend_interval) == ("shutdown", 60.0, 5.0)
     assert (parsed.enforcer.enabled, parsed.enforcer.resync_interval, parsed.enforcer.grace) == (
-        True, 60.0, 300.0,
+        True,
+        60.0,
+        300.0,
     )
 
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import trio
-
 from supervisor_libvirt._connection import Hypervisor
 from supervisor_libvirt._enforcer import Enforcer
 from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
 from supervisor_libvirt._settings import EnforcerSettings, LibvirtSettings
+
 from tests.libvirt import lv_testdriver as td
 
 LOG = logging.getLogger("supervisor.plugin.libvirt")
@@ -24,7 +24,9 @@ def request(dom: Any, requested_at: float, grace: float | None = None) -> None:
 
 
 async def run_enforcer(seconds: float, *, resync: float = 0.1, grace: float = 300.0) -> Enforcer:
-    settings = LibvirtSettings(uri=td.URI, enforcer=EnforcerSettings(resync_interval=resync, grace=grace))
+    settings = LibvirtSettings(
+        uri=td.URI, enforcer=EnforcerSettings(resync_interval=resync, grace=grace)
+    )
     async with Hypervisor(td.URI, LOG) as hv:
         enforcer = Enforcer(hv, settings, LOG)
         with trio.move_on_after(seconds):

@@ -6,16 +6,16 @@ import logging
 import time
 from typing import Any
 
-from tests.libvirt import lv_testdriver as td
 import pytest
 import trio
-
-from supervisor import Deadline, Timeline
 from supervisor_libvirt._connection import Hypervisor
 from supervisor_libvirt._domains import Selection
 from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
 from supervisor_libvirt._settings import EnforcerSettings, LibvirtSettings
 from supervisor_libvirt._shutdown import Result, shut_down_all
+
+from supervisor import Deadline, Timeline
+from tests.libvirt import lv_testdriver as td
 
 # These tests run on trio's real clock: every libvirt call is a worker thread,
 # and an autojumping MockClock would skip ahead while a thread runs.  The
@@ -57,7 +57,10 @@ async def test_graceful_domain_shuts_down_without_destroy(testconn: Any) -> None
     assert elapsed < 3.0
     [step] = timeline.steps
     assert (step.phase, step.name, step.plugin, step.outcome) == (
-        "before_process_stop", "domain t-graceful", "libvirt", "shut down",
+        "before_process_stop",
+        "domain t-graceful",
+        "libvirt",
+        "shut down",
     )
 
 
@@ -102,7 +105,9 @@ async def test_graceful_and_stubborn_are_handled_concurrently(testconn: Any) -> 
     td.start(testconn, "t-c")
     results, _, elapsed = await run(settings(shutdown_timeout=1.0))
     assert {n: r.outcome for n, r in results.items()} == {
-        "t-a": "destroyed", "t-b": "destroyed", "t-c": "shut down",
+        "t-a": "destroyed",
+        "t-b": "destroyed",
+        "t-c": "shut down",
     }
     assert elapsed < 1.9  # one timeout, not two
 

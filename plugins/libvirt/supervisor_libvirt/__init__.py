@@ -45,7 +45,9 @@ def supervisor_configure(settings: Settings, config: Config) -> LibvirtSettings:
 
 
 @hookimpl
-def supervisor_add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def supervisor_add_commands(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
     from ._cli import add_commands  # noqa: PLC0415
 
     add_commands(subparsers)
@@ -64,7 +66,9 @@ async def supervisor_background(ctx: Context) -> None:
 
 
 @hookimpl
-async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> None:
+async def supervisor_before_process_stop(
+    ctx: Context, deadline: Deadline, process: ProcessInfo
+) -> None:
     settings = _settings(ctx)
     if settings.process is not None and process.name == settings.process:
         await _shut_down(ctx, settings, deadline, "before_process_stop")
@@ -77,12 +81,16 @@ async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
         await _shut_down(ctx, settings, deadline, "pre_stop")
 
 
-async def _shut_down(ctx: Context, settings: LibvirtSettings, deadline: Deadline, phase: str) -> None:
+async def _shut_down(
+    ctx: Context, settings: LibvirtSettings, deadline: Deadline, phase: str
+) -> None:
     from ._connection import Hypervisor  # noqa: PLC0415
     from ._shutdown import shut_down_all  # noqa: PLC0415
 
     async with Hypervisor(settings.uri, ctx.log, threads=max(32, settings.max_parallel * 2)) as hv:
-        await shut_down_all(hv, settings, deadline, ctx.timeline, phase=phase, plugin=ctx.plugin, log=ctx.log)
+        await shut_down_all(
+            hv, settings, deadline, ctx.timeline, phase=phase, plugin=ctx.plugin, log=ctx.log
+        )
 
 
 def _settings(ctx: Context) -> LibvirtSettings:

@@ -10,11 +10,13 @@ deletes keep their deletion time) unless ``--reset`` is given.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from supervisor._units import format_duration, parse_duration
 
@@ -36,24 +38,43 @@ from ._settings import DEFAULT_URI
 __all__ = ["add_commands"]
 
 EXIT_FAILURE = 1
+T = TypeVar("T")
 
 
 def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "libvirt", help="libvirt guests: request, cancel and list shutdown requests",
+        "libvirt",
+        help="libvirt guests: request, cancel and list shutdown requests",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     commands = parser.add_subparsers(dest="libvirt_command", metavar="COMMAND", required=True)
 
     request = commands.add_parser(
-        "request-shutdown", help="mark domains for shutdown; the enforcer destroys them after --grace",
+        "request-shutdown",
+        help="mark domains for shutdown; the enforcer destroys them after --grace",
     )
     request.add_argument("domains", nargs="+", metavar="DOMAIN")
     _uri(request)
-    request.add_argument("--grace", type=_duration, help="time the guest gets before it is destroyed (default: the enforcer's grace)")
-    request.add_argument("--guest-agent", action="store_true", help="shut down through the QEMU guest agent (ACPI as fallback)")
-    request.add_argument("--reset", action="store_true", help="restart the grace from now instead of keeping the first request's time")
-    request.add_argument("--no-press", action="store_true", help="only mark the domain; let the enforcer send the request")
+    request.add_argument(
+        "--grace",
+        type=_duration,
+        help="time the guest gets before it is destroyed (default: the enforcer's grace)",
+    )
+    request.add_argument(
+        "--guest-agent",
+        action="store_true",
+        help="shut down through the QEMU guest agent (ACPI as fallback)",
+    )
+    request.add_argument(
+        "--reset",
+        action="store_true",
+        help="restart the grace from now instead of keeping the first request's time",
+    )
+    request.add_argument(
+        "--no-press",
+        action="store_true",
+        help="only mark the domain; let the enforcer send the request",
+    )
     request.set_defaults(handler=request_shutdown)
 
     cancel = commands.add_parser("cancel-shutdown", help="remove domains' shutdown requests")
@@ -61,14 +82,18 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     _uri(cancel)
     cancel.set_defaults(handler=cancel_shutdown)
 
-    show = commands.add_parser("requests", help="list running domains with a shutdown request and their time left")
+    show = commands.add_parser(
+        "requests", help="list running domains with a shutdown request and their time left"
+    )
     _uri(show)
     show.set_defaults(handler=list_requests)
 
 
 def _uri(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--uri", "-c", default=os.environ.get("LIBVIRT_DEFAULT_URI", DEFAULT_URI),
+        "--uri",
+        "-c",
+        default=os.environ.get("LIBVIRT_DEFAULT_URI", DEFAULT_URI),
         help="libvirt connection URI (default: $LIBVIRT_DEFAULT_URI or %(default)s)",
     )
 
@@ -80,20 +105,23 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _call(conn: Any, op: Callable[[Any], T]) -> T:
+    """Run a domain operation on ``conn``; libvirt errors become LibvirtFailure."""
+    return guarded(functools.partial(op, conn))
+
+
 def _connected(args: argparse.Namespace, action: Callable[[Any], int]) -> int:
     try:
         libvirt = libvirt_module()
-        conn = guarded(lambda: libvirt.open(args.uri))
+        conn = guarded(functools.partial(libvirt.open, args.uri))
     except LibvirtFailure as exc:
         print(f"supervisor libvirt: cannot connect to {args.uri}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     try:
         return action(conn)
     finally:
-        try:
+        with contextlib.suppress(libvirt.libvirtError):
             conn.close()
-        except libvirt.libvirtError:
-            pass
 
 
 def request_shutdown(args: argparse.Namespace) -> int:
@@ -102,49 +130,53 @@ def request_shutdown(args: argparse.Namespace) -> int:
         now = time.time()
         for name in args.domains:
             try:
-                uuid, old = guarded(lambda name=name: ops.get_request(name)(conn))
-            except (LibvirtFailure, ValueError) as exc:
-                if isinstance(exc, ValueError):  # unreadable old request: replace it
-                    uuid, old = "", None
-                else:
-                    print(f"supervisor libvirt: {name}: {exc}", file=sys.stderr)
-                    status = EXIT_FAILURE
-                    continue
+                uuid, old = _call(conn, ops.get_request(name))
+            except ValueError:  # an unreadable old request: replace it
+                uuid, old = "", None
+            except LibvirtFailure as exc:
+                print(f"supervisor libvirt: {name}: {exc}", file=sys.stderr)
+                status = EXIT_FAILURE
+                continue
             keep = old is not None and old.requested_at is not None and not args.reset
             request = ShutdownRequest(
                 requested_at=old.requested_at if keep and old is not None else now,
-                grace=args.grace if args.grace is not None else (old.grace if old is not None else None),
+                grace=args.grace if args.grace is not None else (old.grace if old else None),
                 guest_agent=args.guest_agent or (old is not None and old.guest_agent),
             )
             try:
-                guarded(lambda name=name, request=request: ops.set_request(name, request)(conn))
-                uuid = uuid or guarded(lambda name=name: conn.lookupByName(name).UUIDString())
+                _call(conn, ops.set_request(name, request))
+                uuid = uuid or _call(conn, ops.uuid_of(name))
             except LibvirtFailure as exc:
-                print(f"supervisor libvirt: {name}: cannot write the request: {exc}", file=sys.stderr)
+                print(
+                    f"supervisor libvirt: {name}: cannot write the request: {exc}", file=sys.stderr
+                )
                 status = EXIT_FAILURE
                 continue
-            assert request.requested_at is not None
-            grace = "the enforcer's grace" if request.grace is None else format_duration(request.grace)
-            print(f"{name}: shutdown requested at {format_time(request.requested_at)}, grace {grace}")
+            when = format_time(request.requested_at or now)
+            grace = (
+                "the enforcer's grace" if request.grace is None else format_duration(request.grace)
+            )
+            print(f"{name}: shutdown requested at {when}, grace {grace}")
             if not args.no_press:
-                _press(conn, name, uuid, request.guest_agent)
+                _press(conn, name, uuid, agent=request.guest_agent)
         return status
 
     return _connected(args, action)
 
 
-def _press(conn: Any, name: str, uuid: str, agent: bool) -> None:
+def _press(conn: Any, name: str, uuid: str, *, agent: bool) -> None:
     flags = SHUTDOWN_ACPI_POWER_BTN | (SHUTDOWN_GUEST_AGENT if agent else 0)
     for attempt in (flags, SHUTDOWN_DEFAULT):
         try:
-            guarded(lambda attempt=attempt: ops.shutdown(uuid, attempt)(conn))
-            return
+            _call(conn, ops.shutdown(uuid, attempt))
         except LibvirtFailure as exc:
             if exc.code in FLAGS_REJECTED and attempt != SHUTDOWN_DEFAULT:
                 continue
             if exc.code not in (NO_DOMAIN, OPERATION_INVALID):
-                print(f"supervisor libvirt: {name}: shutdown request failed: {exc}", file=sys.stderr)
-            return
+                print(
+                    f"supervisor libvirt: {name}: shutdown request failed: {exc}", file=sys.stderr
+                )
+        return
 
 
 def cancel_shutdown(args: argparse.Namespace) -> int:
@@ -152,7 +184,7 @@ def cancel_shutdown(args: argparse.Namespace) -> int:
         status = 0
         for name in args.domains:
             try:
-                guarded(lambda name=name: ops.set_request(name, None)(conn))
+                _call(conn, ops.set_request(name, None))
             except LibvirtFailure as exc:
                 print(f"supervisor libvirt: {name}: {exc}", file=sys.stderr)
                 status = EXIT_FAILURE
@@ -166,18 +198,24 @@ def cancel_shutdown(args: argparse.Namespace) -> int:
 def list_requests(args: argparse.Namespace) -> int:
     def action(conn: Any) -> int:
         try:
-            domains = guarded(lambda: ops.list_domains()(conn))
+            domains = _call(conn, ops.list_domains())
         except LibvirtFailure as exc:
             print(f"supervisor libvirt: cannot list domains: {exc}", file=sys.stderr)
             return EXIT_FAILURE
         now = time.time()
         for domain in domains:
+            request = domain.request
             if domain.request_error is not None:
                 print(f"{domain.name}\tinvalid request: {domain.request_error}")
-            elif domain.request.requested_at is not None:
-                grace = "default grace" if domain.request.grace is None else f"grace {format_duration(domain.request.grace)}"
-                age = format_duration(max(0.0, now - domain.request.requested_at))
-                print(f"{domain.name}\trequested at {format_time(domain.request.requested_at)} ({age} ago, {grace})")
+            elif request.requested_at is not None:
+                grace = (
+                    "default grace"
+                    if request.grace is None
+                    else f"grace {format_duration(request.grace)}"
+                )
+                age = format_duration(max(0.0, now - request.requested_at))
+                when = format_time(request.requested_at)
+                print(f"{domain.name}\trequested at {when} ({age} ago, {grace})")
         return 0
 
     return _connected(args, action)

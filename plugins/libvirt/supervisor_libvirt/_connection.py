@@ -10,6 +10,7 @@ is picked up again within the same shutdown.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -85,10 +86,8 @@ class Hypervisor:
                 return op(conn)
             except libvirt.libvirtError as exc:
                 alive = False
-                try:
+                with contextlib.suppress(libvirt.libvirtError):
                     alive = bool(conn.isAlive())
-                except libvirt.libvirtError:
-                    pass
                 raise failure(exc, connection_lost=not alive) from None
 
         try:
@@ -155,10 +154,9 @@ class Hypervisor:
             raise failure(exc, connection_lost=True) from None
         if conn is None:  # old bindings return None instead of raising
             raise LibvirtFailure(f"cannot connect to {self.uri}", connection_lost=True)
-        try:
+        # Local drivers (test:///) have no keepalive; nothing to detect there.
+        with contextlib.suppress(libvirt.libvirtError):
             conn.setKeepAlive(*self.keepalive)
-        except libvirt.libvirtError:
-            pass  # local drivers (test:///) have no keepalive; nothing to detect there
         callback_id: int | None = None
         try:
             callback_id = conn.domainEventRegisterAny(
@@ -178,10 +176,8 @@ class Hypervisor:
             conn.unregisterCloseCallback()
         except libvirt.libvirtError:
             pass
-        try:
+        with contextlib.suppress(libvirt.libvirtError):
             conn.close()
-        except libvirt.libvirtError:
-            pass
 
     def _lost(self, generation: int, reason: str) -> None:
         """Forget a dead connection (in trio's thread); wake every waiter so
@@ -204,21 +200,23 @@ class Hypervisor:
 
     # Callbacks on libvirt's event thread: hand over to trio, never block.
 
-    def _on_lifecycle(self, _conn: Any, dom: Any, event: int, _detail: int, _opaque: object) -> None:
+    def _on_lifecycle(
+        self, _conn: Any, dom: Any, event: int, _detail: int, _opaque: object
+    ) -> None:
         if event in (_EVENT_STOPPED, _EVENT_UNDEFINED):
             self._soon(self._set_stopped, dom.UUIDString())
 
     def _on_close(self, _conn: Any, reason: int, generation: int) -> None:
-        self._soon(self._lost, generation, f"connection closed ({_CLOSE_REASONS.get(reason, reason)})")
+        self._soon(
+            self._lost, generation, f"connection closed ({_CLOSE_REASONS.get(reason, reason)})"
+        )
 
     def _soon(self, function: Callable[..., object], *args: object) -> None:
         token = self._token
         if token is None:
             return
-        try:
+        with contextlib.suppress(trio.RunFinishedError):  # the trio run has ended: nobody waits
             token.run_sync_soon(function, *args)
-        except trio.RunFinishedError:
-            pass
 
     def _set_stopped(self, uuid: str) -> None:
         event = self._stopped.get(uuid)

@@ -82,7 +82,9 @@ def list_domains(selection: Selection | None = None) -> Callable[[Any], list[Dom
                         request = ShutdownRequest.parse(xml)
                     except ValueError as exc:
                         error = str(exc)
-                found.append(Domain(name, dom.UUIDString(), bool(dom.isPersistent()), request, error))
+                found.append(
+                    Domain(name, dom.UUIDString(), bool(dom.isPersistent()), request, error)
+                )
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() != NO_DOMAIN:  # vanished while listing: nothing to do
                     raise
@@ -106,7 +108,12 @@ def lookup(conn: Any, uuid: str) -> Any:
 
 def state(uuid: str) -> Callable[[Any], tuple[int, int]]:
     """``(state, reason)``; LibvirtFailure NO_DOMAIN when it is gone."""
-    return lambda conn: tuple(lookup(conn, uuid).state())  # type: ignore[return-value]
+
+    def op(conn: Any) -> tuple[int, int]:
+        current, reason = lookup(conn, uuid).state()
+        return int(current), int(reason)
+
+    return op
 
 
 def is_off(state_reason: tuple[int, int]) -> bool:
@@ -136,6 +143,10 @@ def managed_save(uuid: str) -> Callable[[Any], None]:
         lookup(conn, uuid).managedSave(0)
 
     return op
+
+
+def uuid_of(name: str) -> Callable[[Any], str]:
+    return lambda conn: str(conn.lookupByName(name).UUIDString())
 
 
 def set_request(name: str, request: ShutdownRequest | None) -> Callable[[Any], None]:

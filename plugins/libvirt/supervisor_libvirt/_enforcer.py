@@ -60,7 +60,9 @@ class Enforcer:
         """Pass after pass until cancelled (the shutdown begins)."""
         interval = self.settings.enforcer.resync_interval
         self.log.info(
-            "deletion-deadline enforcer: every %.3gs, default grace %.3gs", interval, self.settings.enforcer.grace
+            "deletion-deadline enforcer: every %.3gs, default grace %.3gs",
+            interval,
+            self.settings.enforcer.grace,
         )
         async with trio.open_nursery() as nursery:
             while True:
@@ -79,7 +81,11 @@ class Enforcer:
         for domain in domains:
             if domain.request_error is not None:
                 if domain.uuid not in self._reported_bad:
-                    self.log.warning("enforcer: %s: ignoring invalid shutdown request: %s", domain.name, domain.request_error)
+                    self.log.warning(
+                        "enforcer: %s: ignoring invalid shutdown request: %s",
+                        domain.name,
+                        domain.request_error,
+                    )
                     self._reported_bad.add(domain.uuid)
                 continue
             due = domain.request.due(self.settings.enforcer.grace)
@@ -93,7 +99,9 @@ class Enforcer:
 
     async def _request(self, domain: Domain, left: float) -> None:
         try:
-            flags = SHUTDOWN_ACPI_POWER_BTN | (SHUTDOWN_GUEST_AGENT if domain.request.guest_agent else 0)
+            flags = SHUTDOWN_ACPI_POWER_BTN | (
+                SHUTDOWN_GUEST_AGENT if domain.request.guest_agent else 0
+            )
             for attempt_flags in (flags, SHUTDOWN_DEFAULT):
                 try:
                     await self.hv.call(ops.shutdown(domain.uuid, attempt_flags))
@@ -101,9 +109,13 @@ class Enforcer:
                     if exc.code in FLAGS_REJECTED and attempt_flags != SHUTDOWN_DEFAULT:
                         continue
                     if exc.code not in (NO_DOMAIN, OPERATION_INVALID) and not exc.connection_lost:
-                        self.log.warning("enforcer: %s: shutdown request failed: %s", domain.name, exc)
+                        self.log.warning(
+                            "enforcer: %s: shutdown request failed: %s", domain.name, exc
+                        )
                     return
-                self.log.info("enforcer: %s: shutdown requested, %.1fs of its grace left", domain.name, left)
+                self.log.info(
+                    "enforcer: %s: shutdown requested, %.1fs of its grace left", domain.name, left
+                )
                 return
         finally:
             self.busy.discard(domain.uuid)
@@ -113,7 +125,9 @@ class Enforcer:
         try:
             self.log.warning(
                 "enforcer: %s: shutdown requested at %s, grace over %.1fs ago; destroying it",
-                domain.name, format_time(requested), overdue,
+                domain.name,
+                format_time(requested),
+                overdue,
             )
             with trio.move_on_after(_DESTROY_TIMEOUT) as scope:
                 for graceful in (True, False):
@@ -122,7 +136,12 @@ class Enforcer:
                     except LibvirtFailure as exc:
                         if exc.code in (NO_DOMAIN, OPERATION_INVALID):
                             return  # it went away on its own
-                        self.log.warning("enforcer: %s: destroy%s failed: %s", domain.name, " (graceful)" if graceful else "", exc)
+                        self.log.warning(
+                            "enforcer: %s: destroy%s failed: %s",
+                            domain.name,
+                            " (graceful)" if graceful else "",
+                            exc,
+                        )
                         if exc.connection_lost:
                             return  # the next pass tries again
                         continue
@@ -130,6 +149,8 @@ class Enforcer:
                     self.log.info("enforcer: %s: destroyed", domain.name)
                     return
             if scope.cancelled_caught:
-                self.log.warning("enforcer: %s: destroy did not finish in %.0fs", domain.name, _DESTROY_TIMEOUT)
+                self.log.warning(
+                    "enforcer: %s: destroy did not finish in %.0fs", domain.name, _DESTROY_TIMEOUT
+                )
         finally:
             self.busy.discard(domain.uuid)

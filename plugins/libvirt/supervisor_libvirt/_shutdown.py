@@ -82,13 +82,16 @@ async def shut_down_all(
         return hooks_end() - reserve
 
     domains: list[Domain] | None = None
+    failure: LibvirtFailure | None = None
     with trio.move_on_at(graceful_end()):
         try:
             domains = await hv.call(ops.list_domains(settings.selection))
         except LibvirtFailure as exc:
-            log.error("cannot list the domains on %s: %s", hv.uri, exc)
-            timeline_failure(timeline, phase, plugin, f"cannot list domains: {exc}")
-            return {}
+            failure = exc
+    if failure is not None:
+        log.error("cannot list the domains on %s: %s", hv.uri, failure)
+        timeline_failure(timeline, phase, plugin, f"cannot list domains: {failure}")
+        return {}
     if domains is None:
         log.error("listing the domains on %s took the whole budget", hv.uri)
         timeline_failure(timeline, phase, plugin, "listing the domains took the whole budget")
@@ -98,14 +101,25 @@ async def shut_down_all(
         return {}
     log.info(
         "shutting down %d domain(s) (%s): mode %s, %.1fs for the graceful part",
-        len(domains), ops.names(domains), settings.mode, max(0.0, graceful_end() - started),
+        len(domains),
+        ops.names(domains),
+        settings.mode,
+        max(0.0, graceful_end() - started),
     )
     results: dict[str, Result] = {}
     slots = trio.Semaphore(settings.max_parallel or len(domains))
     async with trio.open_nursery() as nursery:
         for domain in domains:
-            job = DomainShutdown(hv, settings, domain, log, hooks_end, reserve, wall_clock=wall_clock)
-            nursery.start_soon(_one, job, slots, timeline, phase, plugin, results)
+            job = DomainShutdown(
+                hv,
+                settings,
+                domain,
+                log,
+                hooks_end=hooks_end,
+                reserve=reserve,
+                wall_clock=wall_clock,
+            )
+            nursery.start_soon(_one, job, slots, timeline, (phase, plugin), results)
     return results
 
 
@@ -113,10 +127,10 @@ async def _one(
     job: DomainShutdown,
     slots: trio.Semaphore,
     timeline: Timeline,
-    phase: str,
-    plugin: str,
+    where: tuple[str, str],
     results: dict[str, Result],
 ) -> None:
+    phase, plugin = where
     async with slots:
         with timeline.step(phase, f"domain {job.domain.name}", plugin=plugin) as step:
             result = await job.run()
@@ -129,7 +143,9 @@ def timeline_failure(timeline: Timeline, phase: str, plugin: str, detail: str) -
         step.outcome, step.detail = FAILED, detail
 
 
-def _hooks_end(deadline: Deadline, settings: LibvirtSettings, started: float) -> Callable[[], float]:
+def _hooks_end(
+    deadline: Deadline, settings: LibvirtSettings, started: float
+) -> Callable[[], float]:
     """When the host will cancel this hook: the deadline less its reserve, or
     the plugin's hook_timeout; re-read each time because the deadline may
     move earlier (a second SIGTERM, the pod's real deletion time)."""
@@ -146,9 +162,9 @@ class DomainShutdown:
         settings: LibvirtSettings,
         domain: Domain,
         log: logging.Logger,
+        *,
         hooks_end: Callable[[], float],
         reserve: float,
-        *,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.hv = hv
@@ -226,7 +242,12 @@ class DomainShutdown:
                 await self.hv.call(ops.shutdown(self.domain.uuid, flags))
             except LibvirtFailure as exc:
                 if exc.code in FLAGS_REJECTED and flags != SHUTDOWN_DEFAULT:
-                    self.log.info("%s: the driver rejects shutdown flags %d (%s); using its default", name, flags, exc)
+                    self.log.info(
+                        "%s: the driver rejects shutdown flags %d (%s); using its default",
+                        name,
+                        flags,
+                        exc,
+                    )
                     flags = SHUTDOWN_DEFAULT
                     continue
                 if exc.code in AGENT_FAILED and flags & SHUTDOWN_GUEST_AGENT:
@@ -273,7 +294,9 @@ class DomainShutdown:
         name = self.domain.name
         self.log.warning(
             "%s: still running after %s and %d shutdown request(s); destroying it",
-            name, self._elapsed(), self.presses,
+            name,
+            self._elapsed(),
+            self.presses,
         )
         graceful_error: LibvirtFailure | None = None
         try:
@@ -289,16 +312,23 @@ class DomainShutdown:
             if result is not None:
                 return result
             graceful_error = exc
-        self.log.warning("%s: graceful destroy failed: %s; destroying it plainly", name, graceful_error)
+        self.log.warning(
+            "%s: graceful destroy failed: %s; destroying it plainly", name, graceful_error
+        )
+        failure: LibvirtFailure | None = None
         try:
             await self.hv.call(ops.destroy(self.domain.uuid, graceful=False))
         except LibvirtFailure as exc:
-            result = await self._destroy_error(exc)
+            failure = exc
+        if failure is not None:
+            result = await self._destroy_error(failure)
             if result is not None:
                 return result
-            self.log.error("%s: destroy failed: %s", name, exc)
-            return Result(FAILED, f"destroy failed: {exc}")
-        return Result(DESTROYED, f"after {self._summary()}; graceful destroy failed: {graceful_error}")
+            self.log.error("%s: destroy failed: %s", name, failure)
+            return Result(FAILED, f"destroy failed: {failure}")
+        return Result(
+            DESTROYED, f"after {self._summary()}; graceful destroy failed: {graceful_error}"
+        )
 
     async def _destroy_error(self, exc: LibvirtFailure) -> Result | None:
         """The outcome a destroy error implies, or None to try harder."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
-from .. import _deadline
 from .._units import format_duration, signal_name
 from ._model import Config, ProcessSpec, ReadyCheck
 from ._order import start_levels, stop_levels
@@ -105,13 +104,17 @@ def describe_ready(check: ReadyCheck) -> str:
     elif check.kind == "file":
         what = f"file {target} exists"
     elif check.kind == "tcp":
-        what = f"{target} accepts TCP connections"
+        what = f"{target} accepts connections"
     else:
         what = f"GET {target} answers 2xx"
     return f"ready when {what} (within {format_duration(check.timeout)})"
 
 
 def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]:
+    # Imported here: the Deadline's module imports trio, which loading a
+    # configuration does not otherwise need.
+    from .. import _deadline  # noqa: PLC0415
+
     grace = config.grace_period
     reserve = min(_deadline._RESERVE_MAX, grace * _deadline._RESERVE_FRACTION)
     g = format_duration(grace)

@@ -161,14 +161,17 @@ class Settings:
         node = self._get(key, required)
         if node is None:
             return default
+        options = list(choices) if choices is not None else None
+        if options is not None and isinstance(node.value, bool):
+            # `restart: no` is YAML 1.1's false: say what is expected instead.
+            self.error(key, f"expected one of {', '.join(options)}, got {node.describe()}")
+            return default
         text = self._text(key, node, "a string")
         if text is None:
             return default
-        if choices is not None:
-            options = list(choices)
-            if text not in options:
-                self.error(key, f"expected one of {', '.join(options)}, got {node.describe()}")
-                return default
+        if options is not None and text not in options:
+            self.error(key, f"expected one of {', '.join(options)}, got {node.describe()}")
+            return default
         return text
 
     def _text(self, key: str, node: Node, expected: str) -> str | None:

@@ -25,6 +25,8 @@ _TAG = "tag:yaml.org,2002:"
 _STR, _MAP, _SEQ, _MERGE = _TAG + "str", _TAG + "map", _TAG + "seq", _TAG + "merge"
 # Scalars kept as the text written: dates stay strings (nobody wants a
 # datetime for a path), and "=" is YAML 1.1's obscure "value" key.
+# A deployment's file is a few kilobytes; this only stops /dev/zero and the like.
+_MAX_SIZE = 16 << 20
 _AS_TEXT = {_STR, _TAG + "timestamp", _TAG + "value", _MERGE}
 
 
@@ -32,10 +34,15 @@ def parse_file(path: str, environ: Mapping[str, str]) -> tuple[Node | None, list
     """Read, decode and parse ``path``; None with problems if that failed."""
     try:
         with open(path, "rb") as stream:
-            data = stream.read()
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
+            data = stream.read(_MAX_SIZE + 1)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return None, [Problem(None, f"{path}: cannot read the configuration: {reason}")]
+    if len(data) > _MAX_SIZE:
+        message = (
+            f"{path}: the configuration is larger than {_MAX_SIZE >> 20} MiB; is it the right file?"
+        )
+        return None, [Problem(None, message)]
     try:
         text = _decode(data)
     except UnicodeDecodeError as exc:

@@ -258,6 +258,11 @@ MALFORMED = {
         "4:14",
         "processes[0].restart: expected one of never, on-failure, always, got 'sometimes'",
     ),
+    "restart: no is a boolean in YAML": (
+        "processes: [{name: a, command: x, restart: no}]",
+        "1:44",
+        "processes[0].restart: expected one of never, on-failure, always, got false",
+    ),
     "on_failure policy": (
         "processes: [{name: a, command: x, on_failure: restart}]",
         "1:47",
@@ -569,6 +574,20 @@ def test_missing_file() -> None:
         load_config("/nonexistent/deploy.yaml", {})
     assert str(caught.value) == (
         "/nonexistent/deploy.yaml: cannot read the configuration: No such file or directory"
+    )
+
+
+def test_nul_in_the_path() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config("deploy\0.yaml", {})
+    assert "cannot read the configuration: embedded null byte" in str(caught.value)
+
+
+def test_endless_file_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config("/dev/zero", {})
+    assert str(caught.value) == (
+        "/dev/zero: the configuration is larger than 16 MiB; is it the right file?"
     )
 
 

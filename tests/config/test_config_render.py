@@ -29,7 +29,7 @@ Start order
   startup hooks              http
   1. web (main)              ready when GET http://127.0.0.1:8080/ answers 2xx (within 10s)
   2. worker                  after web; restart on-failure (at most 5 in 60s)
-  2. metrics                 after web; ready when 127.0.0.1:9100 accepts TCP connections (within 60s)
+  2. metrics                 after web; ready when 127.0.0.1:9100 accepts connections (within 60s)
   background hooks           kubernetes
 
 Shutdown plan (grace period 15s; SIGKILL escalation at 15s; hooks end 1s before it)
@@ -55,7 +55,7 @@ Configuration {path} is valid.
 Start order
   1. web (main)              ready when GET http://127.0.0.1:8080/ answers 2xx (within 10s)
   2. worker                  after web; restart on-failure (at most 5 in 60s)
-  2. metrics                 after web; ready when 127.0.0.1:9100 accepts TCP connections (within 60s)
+  2. metrics                 after web; ready when 127.0.0.1:9100 accepts connections (within 60s)
 
 Shutdown plan (grace period 15s; SIGKILL escalation at 15s; hooks end 1s before it)
   1. stop worker             SIGTERM, up to 3s                     [0s – 3s]
@@ -94,7 +94,7 @@ def test_webapp_ports_follow_the_environment() -> None:
     )
     plan = render_plan(config, {})
     assert "GET http://127.0.0.1:18080/ answers 2xx" in plan
-    assert "127.0.0.1:19100 accepts TCP connections" in plan
+    assert "127.0.0.1:19100 accepts connections" in plan
 
 
 def test_minimal_plan() -> None:

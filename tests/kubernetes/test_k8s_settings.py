@@ -87,7 +87,8 @@ def test_defaults_do_nothing_but_read_the_pod(tmp_path: Path) -> None:
         ),
         (
             "endpoint_drain: {fallback_delay: soon}",
-            "cfg.yaml:8:38: plugins.kubernetes.endpoint_drain.fallback_delay: invalid duration 'soon'",
+            "cfg.yaml:8:38: plugins.kubernetes.endpoint_drain.fallback_delay: "
+            "invalid duration 'soon'",
         ),
         (
             "lease_release: {process: manager, leases: [{name: x}]}",
@@ -99,8 +100,10 @@ def test_defaults_do_nothing_but_read_the_pod(tmp_path: Path) -> None:
             "cfg.yaml:8:20: plugins.kubernetes.lease_release: name the Leases to release",
         ),
         (
-            "lease_release: {process: controller, leases: [{name: x}], identity: a, identity_prefix: b}",
-            "plugins.kubernetes.lease_release.identity_prefix: give either identity: or identity_prefix:",
+            "lease_release: {process: controller, leases: [{name: x}], "
+            "identity: a, identity_prefix: b}",
+            "plugins.kubernetes.lease_release.identity_prefix: "
+            "give either identity: or identity_prefix:",
         ),
         (
             "lease_release: {process: controller, leases: [{name: x}], selector: 'a=b'}",

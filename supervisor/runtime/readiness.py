@@ -46,8 +46,17 @@ EXEC_TIMEOUT = 10.0
 _USER_AGENT = "pid1-supervisor readiness probe"
 # HTTP probes run blocking http.client calls in threads: their own limiter
 # keeps a stuck endpoint from starving trio's default one, which every
-# process spawn also needs.
-_HTTP_THREADS = trio.CapacityLimiter(4)
+# process spawn also needs.  One per trio run, as a limiter belongs to a run.
+_HTTP_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("http_probes")
+
+
+def _http_threads() -> trio.CapacityLimiter:
+    try:
+        return _HTTP_THREADS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(4)
+        _HTTP_THREADS.set(limiter)
+        return limiter
 
 
 def describe(check: ReadyCheck) -> str:
@@ -156,7 +165,7 @@ class ReadyProbe:
         with trio.move_on_after(HTTP_TIMEOUT):
             try:
                 status = await trio.to_thread.run_sync(
-                    _http_status, url, HTTP_TIMEOUT, abandon_on_cancel=True, limiter=_HTTP_THREADS
+                    _http_status, url, HTTP_TIMEOUT, abandon_on_cancel=True, limiter=_http_threads()
                 )
             except (OSError, http.client.HTTPException, ValueError) as exc:
                 return _reason(exc)

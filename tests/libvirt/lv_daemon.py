@@ -67,25 +67,26 @@ class Libvirtd:
     def save_dir(self) -> Path:
         return self.base / "lib" / "qemu" / "save"
 
-    def start(self, timeout: float = 30.0) -> None:
-        self.socket.unlink(missing_ok=True)
+    def command(self) -> list[str]:
+        """The foreground command: a private mount namespace, then libvirtd."""
         mounts = "\n".join(
-            f"mkdir -p {target} && mount --bind {self.base / name} {target}"
-            for name, target in _BINDS.items()
+            f"mkdir -p {target} && mount --bind {self.base / name} {target}" for name, target in _BINDS.items()
         )
         config, pid_file = self.base / "etc" / "libvirtd.conf", self.base / "libvirtd.pid"
         script = f"set -e\n{mounts}\nexec {LIBVIRTD} --config {config} --pid-file {pid_file}\n"
-        self.process = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.base / "libvirtd.stderr", "ab"),  # noqa: SIM115
-        )
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.socket.unlink(missing_ok=True)
+        with open(self.base / "libvirtd.stderr", "ab") as stderr:
+            self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=stderr)
+        self.wait_until_up(timeout)
+
+    def wait_until_up(self, timeout: float = 30.0) -> None:
         end = time.monotonic() + timeout
         while not self._answers():
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"libvirtd exited with {self.process.returncode}: {self._tail()}"
-                )
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"libvirtd exited with {self.process.returncode}: {self._tail()}")
             if time.monotonic() > end:
                 raise RuntimeError(f"libvirtd did not answer within {timeout}s: {self._tail()}")
             time.sleep(0.1)
@@ -93,9 +94,7 @@ class Libvirtd:
     def _answers(self) -> bool:
         if not self.socket.exists():
             return False
-        result = subprocess.run(
-            ["virsh", "-q", "-c", self.uri, "uri"], capture_output=True, timeout=10, check=False
-        )
+        result = subprocess.run(["virsh", "-q", "-c", self.uri, "uri"], capture_output=True, timeout=10, check=False)
         return result.returncode == 0
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:

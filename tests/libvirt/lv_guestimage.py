@@ -102,9 +102,7 @@ def build(cache: Path) -> GuestImage:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         work = Path(tmp)
-        subprocess.run(
-            ["apt-get", "download", "-q", package], cwd=work, check=True, capture_output=True
-        )
+        subprocess.run(["apt-get", "download", "-q", package], cwd=work, check=True, capture_output=True)
         deb = next(work.glob("linux-image-*.deb"))
         unpacked = work / "root"
         subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True)

@@ -86,9 +86,7 @@ class Guests:
         for name in names:
             while READY_MARK not in self.output(name):
                 if time.monotonic() > end:
-                    raise TimeoutError(
-                        f"guest {name} not ready in {timeout}s: {self.output(name)[-500:]!r}"
-                    )
+                    raise TimeoutError(f"guest {name} not ready in {timeout}s: {self.output(name)[-500:]!r}")
                 time.sleep(0.05)
 
     def state(self, name: str) -> tuple[int, int] | None:

@@ -17,9 +17,7 @@ def request_of(dom: Any) -> ShutdownRequest:
     return ShutdownRequest.parse(dom.metadata(2, NAMESPACE, 0))
 
 
-def test_request_shutdown_marks_the_domains_and_presses(
-    testconn: Any, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_request_shutdown_marks_the_domains_and_presses(testconn: Any, capsys: pytest.CaptureFixture[str]) -> None:
     td.start(testconn, "t-op")
     stubborn = td.start(testconn, "t-stubborn", stubborn=True)
     before = time.time()
@@ -60,9 +58,7 @@ def test_repeated_request_keeps_the_first_time_unless_reset(testconn: Any) -> No
     assert third.grace == 60.0
 
 
-def test_requests_lists_and_cancel_removes(
-    testconn: Any, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_requests_lists_and_cancel_removes(testconn: Any, capsys: pytest.CaptureFixture[str]) -> None:
     td.start(testconn, "t-op", stubborn=True)
     td.start(testconn, "t-other", stubborn=True)
     main(["libvirt", "request-shutdown", "t-op", "-c", td.URI, "--grace", "5m", "--no-press"])
@@ -78,9 +74,7 @@ def test_requests_lists_and_cancel_removes(
     assert capsys.readouterr().out == ""
 
 
-def test_unknown_domain_is_one_line_and_exit_1(
-    testconn: Any, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_unknown_domain_is_one_line_and_exit_1(testconn: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["libvirt", "request-shutdown", "t-nonesuch", "-c", td.URI]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("supervisor libvirt: t-nonesuch: ")

@@ -41,9 +41,7 @@ def check(tmp_path: Path, section: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_valid_section_passes_check_and_shows_the_hooks(tmp_path: Path) -> None:
-    result = check(
-        tmp_path, "    process: libvirtd\n    mode: managedsave\n    enforcer: {grace: 2m}\n"
-    )
+    result = check(tmp_path, "    process: libvirtd\n    mode: managedsave\n    enforcer: {grace: 2m}\n")
     assert result.returncode == 0, result.stderr
     assert "before_process_stop" in result.stdout
     assert "libvirt" in result.stdout
@@ -62,12 +60,9 @@ def test_every_problem_is_reported_with_its_position(tmp_path: Path) -> None:
     path = tmp_path / "pod.yaml"
     lines = result.stderr.strip().splitlines()
     assert lines == [
-        f"{path}:10:14: plugins.libvirt.process: no process named 'libvirt' "
-        "(processes: libvirtd, provider)",
-        f"{path}:11:11: plugins.libvirt.mode: expected one of shutdown, managedsave, "
-        "got 'suspend'",
-        f"{path}:12:5: unknown key 'shutdown_timout' in plugins.libvirt "
-        "(did you mean 'shutdown_timeout'?)",
+        f"{path}:10:14: plugins.libvirt.process: no process named 'libvirt' (processes: libvirtd, provider)",
+        f"{path}:11:11: plugins.libvirt.mode: expected one of shutdown, managedsave, got 'suspend'",
+        f"{path}:12:5: unknown key 'shutdown_timout' in plugins.libvirt (did you mean 'shutdown_timeout'?)",
         f"{path}:13:22: plugins.libvirt.resend_interval: must be more than 0",
         f"{path}:14:23: plugins.libvirt.enforcer.grace: invalid duration 'abc': use a number of "
         "seconds or a number with ms, s, m or h (30, 30s, 500ms, 1.5s, 2m)",

@@ -24,9 +24,7 @@ def request(dom: Any, requested_at: float, grace: float | None = None) -> None:
 
 
 async def run_enforcer(seconds: float, *, resync: float = 0.1, grace: float = 300.0) -> Enforcer:
-    settings = LibvirtSettings(
-        uri=td.URI, enforcer=EnforcerSettings(resync_interval=resync, grace=grace)
-    )
+    settings = LibvirtSettings(uri=td.URI, enforcer=EnforcerSettings(resync_interval=resync, grace=grace))
     async with Hypervisor(td.URI, LOG) as hv:
         enforcer = Enforcer(hv, settings, LOG)
         with trio.move_on_after(seconds):
@@ -78,9 +76,7 @@ async def test_default_grace_applies_when_the_request_has_none(testconn: Any) ->
     assert enforcer.destroyed == ["t-stubborn"]
 
 
-async def test_invalid_request_is_reported_once_and_ignored(
-    testconn: Any, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_invalid_request_is_reported_once_and_ignored(testconn: Any, caplog: pytest.LogCaptureFixture) -> None:
     dom = td.start(testconn, "t-bad", stubborn=True)
     dom.setMetadata(2, '<shutdown requested-at="yesterday"/>', KEY, NAMESPACE, 1)
     enforcer = await run_enforcer(0.35)

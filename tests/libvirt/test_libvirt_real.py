@@ -44,9 +44,7 @@ def settings(libvirtd: Libvirtd, **overrides: Any) -> LibvirtSettings:
     return LibvirtSettings(**values)
 
 
-async def shut_down(
-    config: LibvirtSettings, budget: float = 30.0
-) -> tuple[dict[str, Result], float]:
+async def shut_down(config: LibvirtSettings, budget: float = 30.0) -> tuple[dict[str, Result], float]:
     timeline = Timeline()
     started = trio.current_time()
     async with Hypervisor(config.uri, LOG) as hv:
@@ -63,11 +61,7 @@ async def shut_down(
 
 
 def presses(result: Result) -> int:
-    return (
-        int(result.detail.split()[0])
-        if result.detail[0].isdigit()
-        else int(result.detail.split()[1])
-    )
+    return int(result.detail.split()[0]) if result.detail[0].isdigit() else int(result.detail.split()[1])
 
 
 async def test_graceful_guests_shut_down_and_the_stubborn_one_is_destroyed_at_its_deadline(
@@ -80,9 +74,7 @@ async def test_graceful_guests_shut_down_and_the_stubborn_one_is_destroyed_at_it
     ):
         guests.start(name, flavour, persistent=True)
     guests.wait_ready("rt-graceful", "rt-slow", "rt-stubborn")
-    results, elapsed = await shut_down(
-        settings(libvirtd, shutdown_timeout=8.0, resend_interval=5.0)
-    )
+    results, elapsed = await shut_down(settings(libvirtd, shutdown_timeout=8.0, resend_interval=5.0))
 
     assert results["rt-graceful"].outcome == "shut down"
     assert results["rt-slow"].outcome == "shut down"
@@ -97,13 +89,9 @@ async def test_graceful_guests_shut_down_and_the_stubborn_one_is_destroyed_at_it
     assert 8.0 <= elapsed < 14.0
 
 
-async def test_press_during_boot_is_lost_and_the_resend_stops_the_guest(
-    guests: Guests, libvirtd: Libvirtd
-) -> None:
+async def test_press_during_boot_is_lost_and_the_resend_stops_the_guest(guests: Guests, libvirtd: Libvirtd) -> None:
     guests.start("rt-booting", "graceful")
-    assert "guest: ready" not in guests.output(
-        "rt-booting"
-    )  # still booting: the press goes nowhere
+    assert "guest: ready" not in guests.output("rt-booting")  # still booting: the press goes nowhere
     results, _ = await shut_down(settings(libvirtd, shutdown_timeout=40.0, resend_interval=1.5))
     result = results["rt-booting"]
     assert result.outcome == "shut down"
@@ -113,16 +101,12 @@ async def test_press_during_boot_is_lost_and_the_resend_stops_the_guest(
     assert guests.state("rt-booting") is None  # transient: gone once off
 
 
-async def test_guests_in_parallel_take_about_as_long_as_one(
-    guests: Guests, libvirtd: Libvirtd
-) -> None:
+async def test_guests_in_parallel_take_about_as_long_as_one(guests: Guests, libvirtd: Libvirtd) -> None:
     names = [f"rt-par-{i}" for i in range(3)]
     for name in names:
         guests.start(name, "slow")
     guests.wait_ready(*names)
-    results, elapsed = await shut_down(
-        settings(libvirtd, shutdown_timeout=30.0, resend_interval=10.0)
-    )
+    results, elapsed = await shut_down(settings(libvirtd, shutdown_timeout=30.0, resend_interval=10.0))
     assert {r.outcome for r in results.values()} == {"shut down"}
     # Each takes 3 s after its press; one after another would be >= 9 s.
     assert 3.0 <= elapsed < 7.5
@@ -138,9 +122,7 @@ async def test_managedsave_produces_a_saved_image(guests: Guests, libvirtd: Libv
     assert guests.state("rt-saved") == (SHUTOFF, 5)  # reason: saved
 
 
-async def test_enforcer_destroys_a_guest_whose_grace_has_passed(
-    guests: Guests, libvirtd: Libvirtd
-) -> None:
+async def test_enforcer_destroys_a_guest_whose_grace_has_passed(guests: Guests, libvirtd: Libvirtd) -> None:
     stubborn = guests.start("rt-enf-stubborn", "stubborn")
     graceful = guests.start("rt-enf-graceful", "graceful")
     guests.wait_ready("rt-enf-stubborn", "rt-enf-graceful")
@@ -172,9 +154,7 @@ async def test_libvirtd_down_mid_shutdown_is_reported_and_the_plan_finishes_in_t
     async with trio.open_nursery() as nursery:
         nursery.start_soon(kill_daemon)
         with trio.fail_after(budget):
-            results, elapsed = await shut_down(
-                settings(libvirtd, shutdown_timeout=30.0), budget=budget
-            )
+            results, elapsed = await shut_down(settings(libvirtd, shutdown_timeout=30.0), budget=budget)
     assert "lost the connection to" in caplog.text
     assert results["rt-orphan"].outcome == "failed"
     assert elapsed < budget

@@ -73,6 +73,10 @@ async def never_ready(probe: ReadyProbe, seconds: float = 0.4) -> None:
             ReadyCheck("http", "http://127.0.0.1/healthz"),
             "http GET http://127.0.0.1/healthz answers 2xx/3xx",
         ),
+        (
+            ReadyCheck("http", "https://probe:s%3Acret@[::1]:8443/ready"),
+            "http GET https://probe:***@[::1]:8443/ready answers 2xx/3xx",
+        ),
         (ReadyCheck("exec", ("pg_isready", "-h", "my db")), "exec `pg_isready -h 'my db'` exits 0"),
         (ReadyCheck("file", "/tmp/ready"), "file /tmp/ready exists"),
         (ReadyCheck("after", 2.0), "after 2s"),

@@ -80,12 +80,8 @@ def _build(root: Node, path: str, problems: list[Problem]) -> Config:
         log_level=cast(Literal["debug", "info", "warning", "error"], log_level),
         plugins=MappingProxyType(_plugins(root.value, top)),
         path=path,
-        positions=MappingProxyType(_key_positions(root)),
+        positions=MappingProxyType(dict(root.keys)),
     )
-
-
-def _key_positions(root: Node) -> dict[str, Position]:
-    return dict(root.keys)
 
 
 def _processes(root: dict[str, Node], top: Settings) -> tuple[ProcessSpec, ...]:
@@ -111,24 +107,23 @@ def _processes(root: dict[str, Node], top: Settings) -> tuple[ProcessSpec, ...]:
             continue
         entry_of[spec.name] = entry
         specs.append(spec)
-    # Names already reported as invalid: depending on one is not a second problem.
-    invalid_names = {
-        name for entry in entries if isinstance(name := entry.raw("name"), str | int | float)
-    }
-    _check_dependencies(specs, entry_of, invalid_names)
+    # Every name written, valid or not: a dependency on an invalid name is
+    # not a second problem.
+    written = {str(name) for entry in entries if (name := entry.raw("name")) is not None}
+    _check_dependencies(specs, entry_of, written)
     _check_main(specs, entry_of)
     return tuple(specs)
 
 
 def _check_dependencies(
-    specs: list[ProcessSpec], entry_of: dict[str, Settings], invalid_names: set[str | int | float]
+    specs: list[ProcessSpec], entry_of: dict[str, Settings], written: set[str]
 ) -> None:
     for spec in specs:
         entry = entry_of[spec.name]
         for dep in spec.depends_on:
             if dep == spec.name:
                 entry.error("depends_on", f"{spec.name!r} cannot depend on itself")
-            elif dep not in entry_of and dep not in invalid_names:
+            elif dep not in written:
                 names = ", ".join(repr(name) for name in entry_of if name != spec.name) or "none"
                 entry.error("depends_on", f"unknown process {dep!r} (processes: {names})")
     for cycle in find_cycles({spec.name: spec.depends_on for spec in specs}):

@@ -18,6 +18,8 @@ __all__ = ["describe_ready", "render_plan"]
 _LABEL_WIDTH = 26
 _PER_PROCESS = ("before_process_stop", "after_process_stop")
 _PLACED = {"startup", "background", "shutdown_started", "pre_stop", "post_stop", *_PER_PROCESS}
+# Not phases of a run: configuration time and the CLI.
+_NOT_PHASES = {"configure", "add_commands"}
 
 
 def render_plan(config: Config, hooks: Mapping[str, Sequence[str]]) -> str:
@@ -35,9 +37,11 @@ def render_plan(config: Config, hooks: Mapping[str, Sequence[str]]) -> str:
     lines += _start_section(config, phases)
     lines.append("")
     lines += _shutdown_section(config, phases)
-    others = sorted(phase for phase in phases if phase.partition(":")[0] not in _PLACED)
+    others = sorted(
+        phase for phase in phases if phase.partition(":")[0] not in _PLACED | _NOT_PHASES
+    )
     if others:
-        lines += ["", "Other hooks"]
+        lines += ["", "Event hooks"]
         lines += [_row(phase, ", ".join(phases[phase])) for phase in others]
     return "\n".join(lines) + "\n"
 
@@ -113,7 +117,7 @@ def describe_ready(check: ReadyCheck) -> str:
 def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]:
     # Imported here: the Deadline's module imports trio, which loading a
     # configuration does not otherwise need.
-    from .. import _deadline  # noqa: PLC0415
+    from .. import _deadline
 
     grace = config.grace_period
     reserve = min(_deadline._RESERVE_MAX, grace * _deadline._RESERVE_FRACTION)

@@ -23,10 +23,10 @@ __all__ = ["parse_file", "parse_text"]
 
 _TAG = "tag:yaml.org,2002:"
 _STR, _MAP, _SEQ, _MERGE = _TAG + "str", _TAG + "map", _TAG + "seq", _TAG + "merge"
-# Scalars kept as the text written: dates stay strings (nobody wants a
-# datetime for a path), and "=" is YAML 1.1's obscure "value" key.
 # A deployment's file is a few kilobytes; this only stops /dev/zero and the like.
 _MAX_SIZE = 16 << 20
+# Scalars kept as the text written: dates stay strings (nobody wants a
+# datetime for a path), and "=" is YAML 1.1's obscure "value" key.
 _AS_TEXT = {_STR, _TAG + "timestamp", _TAG + "value", _MERGE}
 
 
@@ -130,7 +130,13 @@ class _Converter:
         self._path: list[str | int] = []
         # Only used for its resolver and its scalar constructors; they read
         # nothing from the stream.
-        self._loader = yaml.SafeLoader("")
+        self._loader = loader = yaml.SafeLoader("")
+        self._constructors: dict[str, Callable[[yaml.ScalarNode], Scalar]] = {
+            _TAG + "null": loader.construct_yaml_null,
+            _TAG + "bool": loader.construct_yaml_bool,
+            _TAG + "int": loader.construct_yaml_int,
+            _TAG + "float": loader.construct_yaml_float,
+        }
 
     def convert(self, node: yaml.Node) -> Node:
         done = self._done.get(id(node))
@@ -191,7 +197,7 @@ class _Converter:
                 )
         if tag in _AS_TEXT:
             return Node(text, position, text=text)
-        construct = self._constructors().get(tag)
+        construct = self._constructors.get(tag)
         if construct is None:
             return self._bad(position, _tag_message(tag))
         try:
@@ -199,15 +205,6 @@ class _Converter:
         except (ValueError, OverflowError, yaml.constructor.ConstructorError):
             return self._bad(position, f"invalid value {text[:40]!r} for the tag {_short_tag(tag)}")
         return Node(value, position, text=text)
-
-    def _constructors(self) -> dict[str, Callable[[yaml.ScalarNode], Scalar]]:
-        loader = self._loader
-        return {
-            _TAG + "null": loader.construct_yaml_null,
-            _TAG + "bool": loader.construct_yaml_bool,
-            _TAG + "int": loader.construct_yaml_int,
-            _TAG + "float": loader.construct_yaml_float,
-        }
 
     def _mapping(self, node: yaml.MappingNode, position: Position) -> Node:
         merged: dict[str, Node] = {}

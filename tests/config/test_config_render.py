@@ -19,6 +19,8 @@ HOOKS = {
     "after_process_stop:web": ["kubernetes"],
     "post_stop": ["exec"],
     "process_exited": ["audit"],
+    "configure": ["audit", "http"],
+    "add_commands": ["kubernetes"],
     "after_process_stop:gone": [],
 }
 
@@ -45,7 +47,7 @@ Shutdown plan (grace period 15s; SIGKILL escalation at 15s; hooks end 1s before 
   post_stop                  exec
   Stop timeouts claim at most 8s of 15s; pre_stop fits them all if D <= 7s.
 
-Other hooks
+Event hooks
   process_exited             audit
 """
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import libvirt
+
 URI = "test:///default"
 STATE_RUNNING = 1
 STATE_SHUTOFF = 5
@@ -36,8 +38,6 @@ def start(conn: Any, name: str, *, stubborn: bool = False, persistent: bool = Tr
 
 
 def state(conn: Any, name: str) -> tuple[int, int] | None:
-    import libvirt  # noqa: PLC0415
-
     try:
         return tuple(conn.lookupByName(name).state())  # type: ignore[return-value]
     except libvirt.libvirtError as exc:

@@ -14,12 +14,18 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from ._context import Context, ProcessInfo
-    from ._deadline import Deadline
-    from ._status import ExitStatus
-    from ._timeline import Step, Timeline
-    from .config import Config, ConfigError, Position, ProcessSpec, Settings
-    from .hookspec import hookimpl
+    from ._context import Context as Context
+    from ._context import ProcessInfo as ProcessInfo
+    from ._deadline import Deadline as Deadline
+    from ._status import ExitStatus as ExitStatus
+    from ._timeline import Step as Step
+    from ._timeline import Timeline as Timeline
+    from .config import Config as Config
+    from .config import ConfigError as ConfigError
+    from .config import Position as Position
+    from .config import ProcessSpec as ProcessSpec
+    from .config import Settings as Settings
+    from .hookspec import hookimpl as hookimpl
 
 _EXPORTS = {
     "hookimpl": ".hookspec",
@@ -36,7 +42,21 @@ _EXPORTS = {
     "Settings": ".config",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "Context",
+    "Deadline",
+    "ExitStatus",
+    "Position",
+    "ProcessInfo",
+    "ProcessSpec",
+    "Settings",
+    "Step",
+    "Timeline",
+    "__version__",
+    "hookimpl",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -38,9 +38,7 @@ class Deadline:
         self.started = now
         self.budget = budget
         self._at = now + budget
-        self.reserve = (
-            min(_RESERVE_MAX, budget * _RESERVE_FRACTION) if reserve is None else reserve
-        )
+        self.reserve = min(_RESERVE_MAX, budget * _RESERVE_FRACTION) if reserve is None else reserve
         self.reasons: list[str] = []
         # Scopes currently following the deadline: (scope, keeps the reserve,
         # its own fixed limit).  A list, not a weak set: scopes leave it when
@@ -89,9 +87,7 @@ class Deadline:
         self._update_scopes()
 
     @contextmanager
-    def scope(
-        self, *, keep_reserve: bool = True, timeout: float = math.inf
-    ) -> Iterator[trio.CancelScope]:
+    def scope(self, *, keep_reserve: bool = True, timeout: float = math.inf) -> Iterator[trio.CancelScope]:
         """A cancel scope that ends with the deadline (less the reserve) or ``timeout``.
 
         The scope follows later changes of the deadline; ``timeout`` is fixed

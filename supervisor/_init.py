@@ -113,7 +113,10 @@ class InitLayer:
 
             prctl.set_child_subreaper(True)
         except (ImportError, OSError) as exc:
-            self._say(logging.WARNING, f"not PID 1 and cannot become a subreaper ({exc}): orphans will not be reaped by the supervisor")
+            self._say(
+                logging.WARNING,
+                f"not PID 1 and cannot become a subreaper ({exc}): orphans will not be reaped by the supervisor",
+            )
         else:
             self._say(logging.DEBUG, "not PID 1: registered as child subreaper")
 
@@ -124,7 +127,9 @@ class InitLayer:
             if signo == signal.SIGCHLD:
                 self._reap()
             elif signo in FORWARDABLE_SIGNALS:
-                self._say(logging.DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=info.si_pid)
+                self._say(
+                    logging.DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=info.si_pid
+                )
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.orchestrator, signo)
             self._read_status_pipe(status_pipe)
@@ -167,7 +172,9 @@ class InitLayer:
         if not survivors:
             return
         deadline = self.sweep_deadline or time.monotonic() + _DEFAULT_SWEEP_SECONDS
-        self._say(logging.INFO, f"sweeping {len(survivors)} leftover process(es): SIGTERM", pids=",".join(map(str, survivors)))
+        self._say(
+            logging.INFO, f"sweeping {len(survivors)} leftover process(es): SIGTERM", pids=",".join(map(str, survivors))
+        )
         started = time.monotonic()
         self._signal_survivors(signal.SIGTERM, survivors)
         self._signal_survivors(signal.SIGCONT, survivors)
@@ -175,7 +182,11 @@ class InitLayer:
             self._say(logging.INFO, f"leftover processes exited after {time.monotonic() - started:.3f}s")
             return
         left = self._survivors()
-        self._say(logging.WARNING, f"escalating: SIGKILL to {len(left)} leftover process(es) at the deadline", pids=",".join(map(str, left)))
+        self._say(
+            logging.WARNING,
+            f"escalating: SIGKILL to {len(left)} leftover process(es) at the deadline",
+            pids=",".join(map(str, left)),
+        )
         while left:
             self._signal_survivors(signal.SIGKILL, left)
             self._wait_for_no_children(time.monotonic() + 1.0)

@@ -13,8 +13,8 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -96,11 +96,13 @@ class Orchestrator:
         self.shutdown_requested = trio.Event()
         self.shutdown_reason = ""
         self.main_stop_signal: int | None = None
+        self.shutdown_signal: int | None = None
         self.deadline: Deadline | None = None
         self.failure: str | None = None
         self.timeline: Timeline | None = None
         self._events_nursery: trio.Nursery | None = None
         self.sweep_seconds = 0.0
+        self._start_up_scope: trio.CancelScope | None = None
 
     # -- the program ----------------------------------------------------------
 
@@ -129,20 +131,22 @@ class Orchestrator:
         return self._exit_code()
 
     async def _start_up(self, supervised: trio.Nursery) -> None:
-        with trio.CancelScope() as scope:
-            watch = _cancel_on(self.shutdown_requested, scope)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch)
-                await self.host.call("supervisor_startup")
-                for level in self.levels:
-                    if not await self._start_level(supervised, level):
-                        break
-                nursery.cancel_scope.cancel()
-        if scope.cancelled_caught:
-            log.info("start-up interrupted by %s", self.shutdown_reason)
+        # A shutdown request cancels this scope (see request_shutdown): the
+        # levels not yet started are never started.
+        with trio.CancelScope() as self._start_up_scope:
+            if self.shutdown_requested.is_set():
+                self._start_up_scope.cancel()
+            await self.host.call("supervisor_startup")
+            for level in self.levels:
+                if not await self._start_level(supervised, level):
+                    break
+        if self._start_up_scope.cancelled_caught:
+            log.info("start-up interrupted: %s", self.shutdown_reason)
 
     async def _start_level(self, supervised: trio.Nursery, level: list[SupervisedProcess]) -> bool:
         for process in level:
+            if self.shutdown_requested.is_set():
+                return False
             # Shielded: once asked to spawn, a process is always registered
             # with its supervising task, or nobody would ever reap it.
             with trio.CancelScope(shield=True):
@@ -182,10 +186,10 @@ class Orchestrator:
         self.shutdown_reason = reason
         self.main_stop_signal = main_stop_signal
         self.deadline = Deadline(self.config.grace_period)
-        log.info(
-            "shutting down: %s (grace period %s)", reason, format_duration(self.config.grace_period)
-        )
+        log.info("shutting down: %s (grace period %s)", reason, format_duration(self.config.grace_period))
         self.shutdown_requested.set()
+        if self._start_up_scope is not None:
+            self._start_up_scope.cancel()
 
     async def _receive_signals(self, signals: AsyncIterator[int]) -> None:
         async for signo in signals:
@@ -202,7 +206,12 @@ class Orchestrator:
             if target == 0:
                 log.info("received %s: dropped (--rewrite)", signal_name(signo))
                 return
-            self.request_shutdown(f"received {signal_name(signo)}", main_stop_signal=target)
+            self.shutdown_signal = signo
+            # The main process gets its configured stop signal for SIGTERM,
+            # SIGINT itself for SIGINT (Ctrl-C → 130, as with tini), and
+            # whatever --rewrite says, if it says anything.
+            explicit = signo in self.options.rewrite or signo == signal.SIGINT
+            self.request_shutdown(f"received {signal_name(signo)}", main_stop_signal=target if explicit else None)
             return
         if target == 0:
             log.info("received %s: dropped (--rewrite)", signal_name(signo))
@@ -273,6 +282,10 @@ class Orchestrator:
         if self.main is None:
             return 0
         status = self.main.status
+        if status is None and self.shutdown_signal is not None:
+            # Stopped before the main process was started: report it the way
+            # the main process would have ended, killed by that signal.
+            status = ExitStatus(signal=self.shutdown_signal)
         code = status.exit_code if status is not None else EXIT_PROCESS_FAILED
         log.info("exiting with status %d (main process %s %s)", code, self.main.name, status)
         return code
@@ -289,11 +302,3 @@ class Orchestrator:
         log.info(header)
         for line in self.timeline.render():
             log.info("  %s", line)
-
-
-def _cancel_on(event: trio.Event, scope: trio.CancelScope) -> Callable[[], Coroutine[Any, Any, None]]:
-    async def watch() -> None:
-        await event.wait()
-        scope.cancel()
-
-    return watch

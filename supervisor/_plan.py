@@ -78,9 +78,7 @@ class ShutdownPlan:
             await self.host.call("supervisor_pre_stop", deadline=deadline, phase="pre_stop")
             nursery.cancel_scope.cancel()
 
-    async def _stop_process(
-        self, process: SupervisedProcess, deadline: Deadline, main_stop_signal: int | None
-    ) -> None:
+    async def _stop_process(self, process: SupervisedProcess, deadline: Deadline, main_stop_signal: int | None) -> None:
         if process.running:
             await self.host.call(
                 "supervisor_before_process_stop",

@@ -137,7 +137,12 @@ class PluginHost:
                 try:
                     result = impl.function(*[kwargs[a] for a in impl.argnames])
                 except Exception as exc:
-                    problems.append(Problem(settings.position, f"plugin {name!r} failed to read its settings: {type(exc).__name__}: {exc}"))
+                    problems.append(
+                        Problem(
+                            settings.position,
+                            f"plugin {name!r} failed to read its settings: {type(exc).__name__}: {exc}",
+                        )
+                    )
                     continue
                 plugin.settings = settings if result is None else result
             problems.extend(settings.problems)
@@ -203,7 +208,9 @@ class PluginHost:
     # Running hooks
     # ------------------------------------------------------------------
 
-    def bind(self, config: Config, processes: Mapping[str, ProcessInfo], timeline: Timeline, main_exited: trio.Event) -> None:
+    def bind(
+        self, config: Config, processes: Mapping[str, ProcessInfo], timeline: Timeline, main_exited: trio.Event
+    ) -> None:
         """Create each enabled plugin's Context, once the processes exist."""
         for name, plugin in self.enabled.items():
             self.contexts[name] = Context(
@@ -262,14 +269,18 @@ class PluginHost:
         arguments = {"ctx": ctx, "deadline": deadline, **kwargs}
         timeout = plugin.hook_timeout
         if timeout is None:
-            timeout = math.inf if deadline is not None or hook_name == "supervisor_background" else _DEFAULT_EVENT_TIMEOUT
+            timeout = (
+                math.inf if deadline is not None or hook_name == "supervisor_background" else _DEFAULT_EVENT_TIMEOUT
+            )
         call: Callable[..., Any] = impl.function
         name = step_name or hook_name.removeprefix("supervisor_")
         if phase is None:
             await self._guarded(plugin.name, hook_name, call, arguments, impl.argnames, deadline, timeout, None)
             return
         with ctx.timeline.step(phase, name, plugin=plugin.name) as step:
-            step.outcome = await self._guarded(plugin.name, hook_name, call, arguments, impl.argnames, deadline, timeout, step)
+            step.outcome = await self._guarded(
+                plugin.name, hook_name, call, arguments, impl.argnames, deadline, timeout, step
+            )
 
     async def _guarded(
         self,

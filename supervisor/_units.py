@@ -6,6 +6,7 @@ imported.
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 
@@ -32,9 +33,7 @@ _NOT_FORWARDED = {
     signal.SIGTTIN,
     signal.SIGTTOU,
 }
-FORWARDABLE_SIGNALS: frozenset[int] = frozenset(
-    s for s in range(1, 32) if s not in _NOT_FORWARDED
-)
+FORWARDABLE_SIGNALS: frozenset[int] = frozenset(s for s in range(1, 32) if s not in _NOT_FORWARDED)
 
 
 def parse_duration(text: str | int | float) -> float:
@@ -42,10 +41,12 @@ def parse_duration(text: str | int | float) -> float:
 
     Raises ValueError with a message that names the accepted forms.
     """
+    # ValueError for every bad input, wrong type included: callers turn it
+    # into a user-facing message.
     if isinstance(text, bool):
-        raise ValueError(f"expected a duration such as 30s or 500ms, got {text!r}")
+        raise ValueError(f"expected a duration such as 30s or 500ms, got {text!r}")  # noqa: TRY004
     if isinstance(text, int | float):
-        if text < 0 or text != text or text == float("inf"):
+        if text < 0 or not math.isfinite(text):
             raise ValueError(f"a duration must be a finite number >= 0, got {text!r}")
         return float(text)
     match = _DURATION.match(text)
@@ -72,7 +73,7 @@ def parse_signal(text: str | int, *, allow_zero: bool = False) -> int:
     ``allow_zero`` admits 0, which --rewrite uses to mean "drop the signal".
     """
     if isinstance(text, bool):
-        raise ValueError(f"expected a signal name or number, got {text!r}")
+        raise ValueError(f"expected a signal name or number, got {text!r}")  # noqa: TRY004
     raw = str(text).strip()
     if raw.isdigit():
         number = int(raw)

@@ -200,9 +200,7 @@ def run_main(
         return _usage_error(str(exc))
     except ConfigError as exc:
         return _config_error(exc)
-    return run_orchestrator(
-        config, options, host, early=early, status_fd=status_fd, inherited_fds=inherited_fds
-    )
+    return run_orchestrator(config, options, host, early=early, status_fd=status_fd, inherited_fds=inherited_fds)
 
 
 def _load_plugins(config: Config) -> PluginHost:
@@ -283,9 +281,7 @@ def _plugins(host: PluginHost) -> int:
 
 
 def describe_signal_rewrites(rewrite: dict[int, int]) -> str:
-    return ", ".join(
-        f"{signal_name(a)}→{signal_name(b) if b else 'dropped'}" for a, b in sorted(rewrite.items())
-    )
+    return ", ".join(f"{signal_name(a)}→{signal_name(b) if b else 'dropped'}" for a, b in sorted(rewrite.items()))
 
 
 def describe_budget(seconds: float) -> str:

@@ -61,11 +61,12 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def supervisor_configure(settings: Settings, config: Config) -> object:
     """Validate this plugin's section of ``plugins:`` and return what it needs.
 
-    Called once, synchronously, for each enabled plugin, with its own
-    section and the whole validated ``config`` (to check process names).  Read values through ``settings`` (``settings.duration("delay",
-    default=5.0)``, ``settings.string(...)``, ``settings.section(...)``...):
-    they check types and record each problem at its ``FILE:LINE:COLUMN``.
-    Call ``settings.error(key, message)`` for checks of your own and
+    Called once, synchronously, for each enabled plugin, with its own section
+    and the whole validated ``config`` (to check process names, say).  Read
+    values through ``settings`` (``settings.duration("delay", default=5.0)``,
+    ``settings.string(...)``, ``settings.section(...)``...): they check types
+    and record each problem at its ``FILE:LINE:COLUMN``.  Call
+    ``settings.error(key, message)`` for checks of your own and
     ``settings.check_keys(...)`` to reject unknown keys.  The supervisor
     reports every problem of every plugin at once and exits 2 before starting
     anything.

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -23,6 +22,8 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 SUPERVISOR = str(BIN / "supervisor") if (BIN / "supervisor").exists() else shutil.which("supervisor") or "supervisor"
 UNSHARE = ["unshare", "-Urpf", "--mount-proc", "--kill-child"]
+# Without a user namespace: real root inside, for tests that change users.
+UNSHARE_ROOT = ["unshare", "-pf", "--mount-proc", "--kill-child"]
 
 
 class Supervisor:
@@ -37,8 +38,10 @@ class Supervisor:
         stdin: int | None = subprocess.DEVNULL,
         cwd: str | Path | None = None,
         pass_fds: Sequence[int] = (),
+        user_namespace: bool = True,
     ) -> None:
-        argv = [*UNSHARE, SUPERVISOR, *args] if pid1 else [SUPERVISOR, *args]
+        unshare = UNSHARE if user_namespace else UNSHARE_ROOT
+        argv = [*unshare, SUPERVISOR, *args] if pid1 else [SUPERVISOR, *args]
         self.pid1 = pid1
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
@@ -144,13 +147,6 @@ def run(args: Sequence[str], *, timeout: float = 30, **kwargs: object) -> tuple[
     return sup.wait(timeout), sup
 
 
-def blocked_signals(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigBlk:"):
-            return int(line.split()[1], 16)
-    return 0
-
-
 def wait_until(predicate: object, timeout: float = 10, interval: float = 0.01) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -166,6 +162,3 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
-
-
-SIGNALS = signal.Signals

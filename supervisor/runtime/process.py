@@ -285,8 +285,10 @@ class SupervisedProcess:
             format_duration(min(timeout, deadline.remaining())),
         )
         self.send_signal(signo)
-        if signo != signal.SIGCONT:
-            self.send_signal(signal.SIGCONT)  # a stopped process cannot handle its stop signal
+        if self._is_stopped():
+            # A stopped process (SIGSTOP, a debugger) cannot act on its stop
+            # signal until it is continued; runit and s6 do the same.
+            self.send_signal(signal.SIGCONT)
         with deadline.scope(keep_reserve=False, timeout=timeout):
             await self._exited.wait()
         if self.running:
@@ -296,6 +298,13 @@ class SupervisedProcess:
             with trio.CancelScope(shield=True), trio.move_on_after(_AFTER_KILL_SECONDS):
                 await self._exited.wait()
         return self.status
+
+    def _is_stopped(self) -> bool:
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                return stat.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+        except (OSError, IndexError):
+            return False
 
     async def wait_exited(self) -> ExitStatus | None:
         await self._exited.wait()

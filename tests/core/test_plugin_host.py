@@ -17,7 +17,7 @@ import pytest
 from tests.pid1 import Supervisor, run
 
 PLUGINS = {
-    "recorder": '''
+    "recorder": """
         import os
         from supervisor import hookimpl
 
@@ -59,8 +59,8 @@ PLUGINS = {
         @hookimpl
         async def supervisor_post_stop(ctx, deadline):
             note(f"{ctx.settings} post_stop")
-    ''',
-    "slow": '''
+    """,
+    "slow": """
         import trio
         from supervisor import hookimpl
 
@@ -71,32 +71,32 @@ PLUGINS = {
         @hookimpl
         async def supervisor_pre_stop(ctx, deadline):
             await trio.sleep(ctx.settings)
-    ''',
-    "raises": '''
+    """,
+    "raises": """
         from supervisor import hookimpl
 
         @hookimpl
         async def supervisor_pre_stop(ctx, deadline):
             raise RuntimeError("async boom")
-    ''',
-    "sync_raises": '''
+    """,
+    "sync_raises": """
         from supervisor import hookimpl
 
         @hookimpl
         def supervisor_pre_stop(ctx, deadline):
             raise RuntimeError("sync boom")
-    ''',
-    "hangs": '''
+    """,
+    "hangs": """
         import trio
         from supervisor import hookimpl
 
         @hookimpl
         async def supervisor_pre_stop(ctx, deadline):
             await trio.sleep_forever()
-    ''',
-    "broken": '''
+    """,
+    "broken": """
         raise ImportError("this plugin is broken on purpose")
-    ''',
+    """,
 }
 
 
@@ -106,13 +106,12 @@ def plugin_path(tmp_path: Path) -> Path:
     site = tmp_path / "site"
     site.mkdir()
     entry_points = ["[supervisor.plugins]"]
-    for name, source in PLUGINS.items():
+    # Two more copies of `slow`, as separate plugins, for the concurrency test.
+    sources = {**PLUGINS, "slow2": PLUGINS["slow"], "slow3": PLUGINS["slow"]}
+    for name, source in sources.items():
         module = f"testplugin_{name}"
         (site / f"{module}.py").write_text(textwrap.dedent(source))
         entry_points.append(f"{name} = {module}")
-        # a second copy of `slow` under other names, for the concurrency test
-    for extra in ("slow2", "slow3"):
-        entry_points.append(f"{extra} = testplugin_slow")
     dist = site / "supervisor_testplugins-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: supervisor-testplugins\nVersion: 1.0\n")
@@ -154,7 +153,11 @@ def test_phases_run_in_order_around_each_process(plugin_path: Path, tmp_path: Pa
         "r post_stop",
     ]
     phases = [(s["phase"], s["name"]) for s in _timeline(sup)]
-    assert phases.index(("pre_stop", "pre_stop")) < phases.index(("stop", "sleep")) < phases.index(("post_stop", "post_stop"))
+    assert (
+        phases.index(("pre_stop", "pre_stop"))
+        < phases.index(("stop", "sleep"))
+        < phases.index(("post_stop", "post_stop"))
+    )
 
 
 def test_pre_stop_hooks_run_concurrently(plugin_path: Path, tmp_path: Path) -> None:
@@ -190,7 +193,7 @@ def test_broken_plugin_is_skipped_unless_enabled(plugin_path: Path, tmp_path: Pa
     config = _config(tmp_path, "recorder: {}\nbroken: {}\n")
     status, sup = run(["-c", config, "--", "true"], env=_env(plugin_path, tmp_path))
     assert status == 2
-    assert f"{config}:6:11: plugin 'broken' failed to load: ImportError: this plugin is broken on purpose" in sup.output
+    assert f"{config}:5:11: plugin 'broken' failed to load: ImportError: this plugin is broken on purpose" in sup.output
     assert not (tmp_path / "record.txt").read_text().count("startup") > 1  # nothing started the second time
 
 
@@ -201,13 +204,15 @@ def test_unknown_plugin_and_bad_settings_are_configuration_errors(plugin_path: P
     errors = [line for line in sup.stderr_lines if line.startswith(config)]
     assert len(errors) == 2, sup.output
     assert "unknown key 'lable'" in errors[0] and "did you mean 'label'" in errors[0]
-    assert errors[1].startswith(f"{config}:6:") and "plugin 'nope' is not installed" in errors[1]
+    assert errors[1].startswith(f"{config}:5:9:") and "plugin 'nope' is not installed" in errors[1]
     assert "Traceback" not in sup.output
 
 
 def test_pre_stop_is_cancelled_when_the_main_process_exits(plugin_path: Path, tmp_path: Path) -> None:
     config = _config(tmp_path, "slow: {seconds: 60s}\n", grace="60s")
-    with Supervisor(["-c", config, "--", "sh", "-c", "trap '' TERM; echo up; sleep 1.5; exit 4"], env=_env(plugin_path, tmp_path)) as sup:
+    with Supervisor(
+        ["-c", config, "--", "sh", "-c", "trap '' TERM; echo up; sleep 1.5; exit 4"], env=_env(plugin_path, tmp_path)
+    ) as sup:
         sup.wait_for("^up$", stream="stdout")
         sup.signal(signal.SIGTERM)
         assert sup.wait(timeout=20) == 4
@@ -234,7 +239,10 @@ def test_hook_overrunning_the_budget_is_cut_so_escalation_still_happens(plugin_p
 
 def test_second_signal_during_pre_stop_escalates(plugin_path: Path, tmp_path: Path) -> None:
     config = _config(tmp_path, "hangs: {}\n", grace="60s")
-    with Supervisor(["-c", config, "--", "sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done"], env=_env(plugin_path, tmp_path)) as sup:
+    with Supervisor(
+        ["-c", config, "--", "sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done"],
+        env=_env(plugin_path, tmp_path),
+    ) as sup:
         sup.wait_for("^up$", stream="stdout")
         sup.signal(signal.SIGTERM)
         sup.wait_for("shutting down")

@@ -9,6 +9,10 @@ distroless images lack.  This plugin is that sleep, inside the supervisor::
       sleep:
         seconds: 15s
 
+Settings:
+
+  seconds   the delay: 15, 15s, 500ms, 1m (required; 0 turns it off)
+
 The delay ends early when the main process exits (there is nothing left to
 drain) and never runs past the shutdown deadline's share for hooks.
 """

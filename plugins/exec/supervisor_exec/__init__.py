@@ -17,6 +17,21 @@ stderr, merged) goes to the supervisor's log, one record per line, prefixed
 with the command's name.  A non-zero exit or a timeout is logged and recorded
 in the shutdown timeline; it never stops the shutdown.
 
+Settings of each command:
+
+  phase       startup, shutdown_started, pre_stop, before_process_stop,
+              after_process_stop or post_stop (required)
+  process     the process a before_/after_process_stop command belongs to
+              (required there, not allowed elsewhere)
+  command     a list of arguments, or one string split like a shell would;
+              no shell runs (required)
+  name        for the log and the timeline (default: the command line)
+  timeout     then SIGTERM to its process group (default: none, the phase's
+              deadline or the plugin's hook_timeout bounds it)
+  kill_after  SIGKILL this long after that SIGTERM (default 2s)
+  env         variables added to the supervisor's environment
+  cwd         working directory (default: the supervisor's)
+
 Besides its own ``env``, every command sees ``SUPERVISOR_PHASE``, and where
 they apply ``SUPERVISOR_PROCESS``, ``SUPERVISOR_EXIT_CODE`` (after_process_stop)
 and ``SUPERVISOR_TIME_LEFT`` (seconds the shutdown deadline leaves for hooks).

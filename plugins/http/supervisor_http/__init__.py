@@ -19,6 +19,27 @@ goes on as long as the phase allows.  Requests of one phase run concurrently.
 The outcome is logged and recorded in the shutdown timeline; a failure never
 stops the shutdown.  Redirects are not followed: a 3xx is a status like any
 other.
+
+Settings of each request:
+
+  phase            startup, shutdown_started, pre_stop, before_process_stop,
+                   after_process_stop or post_stop (required)
+  process          the process a before_/after_process_stop request belongs
+                   to (required there, not allowed elsewhere)
+  url              http:// or https://, credentials as user:password@ become
+                   basic authentication (required)
+  method           GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS
+                   (default: POST with a body, else GET)
+  body             a string to send
+  json             any YAML value, sent as JSON (Content-Type: application/json)
+  headers          a mapping of header names to values
+  expect           a status, a class such as 2xx, or a list (default 2xx)
+  timeout          give up after this long (default: none, the phase's
+                   deadline or the plugin's hook_timeout bounds it)
+  attempt_timeout  for one attempt's connection and answer (default 5s)
+  retry_interval   between attempts (default 1s)
+  tls_verify       check the server's certificate (default true)
+  name             for the log and the timeline (default: METHOD URL)
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ __all__ = ["LibvirtSettings"]
 @hookimpl
 def supervisor_configure(settings: Settings, config: Config) -> LibvirtSettings:
     parsed = parse(settings, config)
-    from ._binding import LibvirtFailure, libvirt_module  # noqa: PLC0415 - only when enabled
+    from ._binding import LibvirtFailure, libvirt_module  # imported only when enabled
 
     try:
         libvirt_module()
@@ -48,7 +48,7 @@ def supervisor_configure(settings: Settings, config: Config) -> LibvirtSettings:
 def supervisor_add_commands(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> None:
-    from ._cli import add_commands  # noqa: PLC0415
+    from ._cli import add_commands
 
     add_commands(subparsers)
 
@@ -58,8 +58,8 @@ async def supervisor_background(ctx: Context) -> None:
     settings = _settings(ctx)
     if not settings.enforcer.enabled:
         return
-    from ._connection import Hypervisor  # noqa: PLC0415
-    from ._enforcer import Enforcer  # noqa: PLC0415
+    from ._connection import Hypervisor
+    from ._enforcer import Enforcer
 
     async with Hypervisor(settings.uri, ctx.log) as hv:
         await Enforcer(hv, settings, ctx.log).run()
@@ -84,8 +84,8 @@ async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
 async def _shut_down(
     ctx: Context, settings: LibvirtSettings, deadline: Deadline, phase: str
 ) -> None:
-    from ._connection import Hypervisor  # noqa: PLC0415
-    from ._shutdown import shut_down_all  # noqa: PLC0415
+    from ._connection import Hypervisor
+    from ._shutdown import shut_down_all
 
     async with Hypervisor(settings.uri, ctx.log, threads=max(32, settings.max_parallel * 2)) as hv:
         await shut_down_all(

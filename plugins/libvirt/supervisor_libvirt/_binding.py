@@ -95,7 +95,7 @@ def libvirt_module() -> Any:
     with _lock:
         if _module is None:
             try:
-                import libvirt  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: PLC0415
+                import libvirt  # type: ignore[import-untyped,import-not-found,unused-ignore]
             except ImportError as exc:
                 raise LibvirtFailure(f"libvirt-python is not importable: {exc}") from exc
             libvirt.registerErrorHandler(_ignore_error, None)

@@ -298,10 +298,7 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and (exc.errno or exc.strerror):
         # The errno's own text: trio puts the address in front of strerror.
         # (getaddrinfo's errors have their own numbers: keep their text.)
-        if exc.errno and not isinstance(exc, socket.gaierror):
-            text = os.strerror(exc.errno)
-        else:
-            text = str(exc.strerror)
+        text = os.strerror(exc.errno) if exc.errno and not isinstance(exc, socket.gaierror) else str(exc.strerror)
         return text[:1].lower() + text[1:]
     return str(exc) or type(exc).__name__
 

@@ -1,0 +1,97 @@
+"""The plugin's hooks as the host calls them: where the shutdown runs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from supervisor_libvirt import (
+    supervisor_background,
+    supervisor_before_process_stop,
+    supervisor_configure,
+    supervisor_pre_stop,
+)
+from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
+
+from supervisor import Context, Deadline, Settings, Timeline
+from supervisor.config import Config, ProcessSpec
+from tests.libvirt import lv_testdriver as td
+
+CONFIG = Config(
+    processes=(
+        ProcessSpec(name="libvirtd", command=("libvirtd",)),
+        ProcessSpec(name="provider", command=("provider",), main=True),
+    )
+)
+
+
+@dataclass
+class FakeProcess:
+    name: str
+    spec: ProcessSpec
+    pid: int | None = 1
+    running: bool = True
+    status: None = None
+    restarts: int = 0
+
+
+def context(section: dict[str, object]) -> Context:
+    settings = Settings.from_mapping(
+        {"uri": td.URI, "domains": ["t-*"], "shutdown_timeout": "1s", "resend_interval": "200ms", **section},
+        path="plugins.libvirt",
+    )
+    parsed = supervisor_configure(settings=settings, config=CONFIG)
+    assert settings.problems == []
+    return Context(
+        plugin="libvirt",
+        settings=parsed,
+        config=CONFIG,
+        log=logging.getLogger("supervisor.plugin.libvirt"),
+        processes={},
+        timeline=Timeline(),
+        main_exited=trio.Event(),
+    )
+
+
+def process(name: str) -> Any:
+    return FakeProcess(name, CONFIG.process(name))
+
+
+async def test_with_a_libvirtd_process_guests_go_right_before_it_stops(testconn: Any) -> None:
+    td.start(testconn, "t-vm")
+    ctx = context({"process": "libvirtd"})
+    await supervisor_pre_stop(ctx=ctx, deadline=Deadline(10))
+    await supervisor_before_process_stop(ctx=ctx, deadline=Deadline(10), process=process("provider"))
+    assert td.state(testconn, "t-vm")[0] == td.STATE_RUNNING  # type: ignore[index]
+    await supervisor_before_process_stop(ctx=ctx, deadline=Deadline(10), process=process("libvirtd"))
+    assert td.state(testconn, "t-vm") == (td.STATE_SHUTOFF, td.REASON_SHUTDOWN)
+    assert [(s.phase, s.name, s.outcome) for s in ctx.timeline.steps] == [
+        ("before_process_stop", "domain t-vm", "shut down")
+    ]
+
+
+async def test_without_a_libvirtd_process_guests_go_in_pre_stop(testconn: Any) -> None:
+    td.start(testconn, "t-vm", stubborn=True)
+    ctx = context({})
+    await supervisor_before_process_stop(ctx=ctx, deadline=Deadline(10), process=process("libvirtd"))
+    assert ctx.timeline.steps == []
+    await supervisor_pre_stop(ctx=ctx, deadline=Deadline(10))
+    assert [(s.phase, s.name, s.outcome) for s in ctx.timeline.steps] == [("pre_stop", "domain t-vm", "destroyed")]
+
+
+async def test_background_hook_runs_the_enforcer_until_cancelled(testconn: Any) -> None:
+    dom = td.start(testconn, "t-overdue", stubborn=True)
+    dom.setMetadata(2, ShutdownRequest(requested_at=time.time() - 60, grace=1).to_xml(), KEY, NAMESPACE, 1)
+    ctx = context({"enforcer": {"resync_interval": "100ms"}})
+    with trio.move_on_after(0.5):
+        await supervisor_background(ctx=ctx)
+    assert td.state(testconn, "t-overdue") == (td.STATE_SHUTOFF, td.REASON_DESTROYED)
+
+
+async def test_background_hook_returns_at_once_when_the_enforcer_is_off() -> None:
+    ctx = context({"enforcer": False})
+    with trio.fail_after(1):
+        await supervisor_background(ctx=ctx)

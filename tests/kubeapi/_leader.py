@@ -37,8 +37,8 @@ def _micro_now() -> datetime.datetime:
 
 def client_from(*, service_account_dir: str | None = None, kubeconfig: str | None = None) -> Any:
     """An ApiClient the way a pod would build one (in-cluster) or from a kubeconfig."""
-    from kubernetes import client, config  # noqa: PLC0415
-    from kubernetes.config.incluster_config import InClusterConfigLoader  # noqa: PLC0415
+    from kubernetes import client, config
+    from kubernetes.config.incluster_config import InClusterConfigLoader
 
     configuration = client.Configuration()
     if kubeconfig:
@@ -65,7 +65,7 @@ class LeaderElector:
         retry_period: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from kubernetes import client  # noqa: PLC0415
+        from kubernetes import client
 
         self._api: Any = client.CoordinationV1Api(api_client)
         self._exceptions: Any = client.exceptions
@@ -157,9 +157,7 @@ class LeaderElector:
 
     def start(self) -> LeaderElector:
         """Acquire, then renew, every ``retry_period`` in a thread."""
-        self._thread = threading.Thread(
-            target=self._run, daemon=True, name=f"elector-{self.identity}"
-        )
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"elector-{self.identity}")
         self._thread.start()
         return self
 
@@ -180,9 +178,7 @@ class LeaderElector:
         end = time.monotonic() + timeout
         while not self.leading:
             if time.monotonic() > end:
-                raise AssertionError(
-                    f"{self.identity} did not acquire {self.namespace}/{self.name}"
-                )
+                raise AssertionError(f"{self.identity} did not acquire {self.namespace}/{self.name}")
             time.sleep(0.01)
 
 
@@ -191,16 +187,12 @@ def _main() -> int:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--lease", required=True)
     parser.add_argument("--identity", required=True)
-    parser.add_argument(
-        "--report", required=True, help="file to append 'event monotonic-time' lines to"
-    )
+    parser.add_argument("--report", required=True, help="file to append 'event monotonic-time' lines to")
     parser.add_argument("--service-account-dir")
     parser.add_argument("--kubeconfig")
     parser.add_argument("--retry-period", type=float, default=0.5)
     parser.add_argument("--lease-duration", type=int, default=15)
-    parser.add_argument(
-        "--exit-delay", type=float, default=0.2, help="time to 'finish work' after SIGTERM"
-    )
+    parser.add_argument("--exit-delay", type=float, default=0.2, help="time to 'finish work' after SIGTERM")
     args = parser.parse_args()
     report = Path(args.report)
 

@@ -75,7 +75,7 @@ class Cluster:
     """A namespace to play in, through ``kubernetes`` client calls."""
 
     def __init__(self, api_client: Any, namespace: str, *, real: bool = False) -> None:
-        from kubernetes import client  # noqa: PLC0415
+        from kubernetes import client
 
         self.api_client = api_client
         self.namespace = namespace
@@ -104,34 +104,22 @@ class Cluster:
                 "containers": [{"name": "main", "image": "registry.invalid/none:latest"}],
             },
         }
-        pod = self._raw(
-            self.core.create_namespaced_pod(self.namespace, body, _preload_content=False)
-        )
+        pod = self._raw(self.core.create_namespaced_pod(self.namespace, body, _preload_content=False))
         if ip is not None:
             # The status belongs to the kubelet; a test can only set it through /status.
             pod["status"] = {"podIP": ip, "podIPs": [{"ip": ip}], "phase": "Running"}
-            pod = self._raw(
-                self.core.replace_namespaced_pod_status(
-                    name, self.namespace, pod, _preload_content=False
-                )
-            )
+            pod = self._raw(self.core.replace_namespaced_pod_status(name, self.namespace, pod, _preload_content=False))
         return pod
 
     def read_pod(self, name: str) -> dict[str, Any]:
-        return self._raw(
-            self.core.read_namespaced_pod(name, self.namespace, _preload_content=False)
-        )
+        return self._raw(self.core.read_namespaced_pod(name, self.namespace, _preload_content=False))
 
     def delete_pod(self, name: str, *, grace: int | None = None) -> dict[str, Any]:
         return self._raw(
-            self.core.delete_namespaced_pod(
-                name, self.namespace, grace_period_seconds=grace, _preload_content=False
-            )
+            self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=grace, _preload_content=False)
         )
 
-    def delete_pod_and_flip(
-        self, name: str, *, grace: int | None = None, flip_after: float = 1.0
-    ) -> Deletion:
+    def delete_pod_and_flip(self, name: str, *, grace: int | None = None, flip_after: float = 1.0) -> Deletion:
         """What the control plane does: set the deletionTimestamp now, then
         (as the EndpointSlice controller would, after ``flip_after``) mark
         every endpoint of the pod terminating and not ready."""
@@ -157,9 +145,7 @@ class Cluster:
 
     # -- endpoint slices -------------------------------------------------------------
 
-    def create_service(
-        self, service: str, endpoints: Sequence[Endpoint], *, per_slice: int = 100
-    ) -> list[str]:
+    def create_service(self, service: str, endpoints: Sequence[Endpoint], *, per_slice: int = 100) -> list[str]:
         """EndpointSlices for ``service``, at most ``per_slice`` endpoints each
         (the controller's default of 100)."""
         names = []
@@ -178,16 +164,12 @@ class Cluster:
                 "endpoints": [e.as_json(self.namespace) for e in chunk],
                 "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
             }
-            self.discovery.create_namespaced_endpoint_slice(
-                self.namespace, body, _preload_content=False
-            )
+            self.discovery.create_namespaced_endpoint_slice(self.namespace, body, _preload_content=False)
             names.append(name)
         return names
 
     def list_slices(self) -> list[dict[str, Any]]:
-        page = self._raw(
-            self.discovery.list_namespaced_endpoint_slice(self.namespace, _preload_content=False)
-        )
+        page = self._raw(self.discovery.list_namespaced_endpoint_slice(self.namespace, _preload_content=False))
         return list(page["items"])
 
     def set_pod_endpoints(
@@ -243,7 +225,7 @@ class Cluster:
     # -- leases ----------------------------------------------------------------
 
     def create_lease(self, name: str, holder: str, *, duration: int = 15) -> dict[str, Any]:
-        from ._leader import _micro_now  # noqa: PLC0415
+        from ._leader import _micro_now
 
         stamp = _micro_now()
         body = {
@@ -256,18 +238,12 @@ class Cluster:
                 "leaseTransitions": 3,
             },
         }
-        return self._raw(
-            self.coordination.create_namespaced_lease(self.namespace, body, _preload_content=False)
-        )
+        return self._raw(self.coordination.create_namespaced_lease(self.namespace, body, _preload_content=False))
 
     def read_lease(self, name: str) -> dict[str, Any]:
-        return self._raw(
-            self.coordination.read_namespaced_lease(name, self.namespace, _preload_content=False)
-        )
+        return self._raw(self.coordination.read_namespaced_lease(name, self.namespace, _preload_content=False))
 
-    def elector(
-        self, lease: str, identity: str, *, retry_period: float = 0.5, duration: int = 15
-    ) -> LeaderElector:
+    def elector(self, lease: str, identity: str, *, retry_period: float = 0.5, duration: int = 15) -> LeaderElector:
         """A client-go style candidate (call ``start()``); stopped at cleanup."""
         elector = LeaderElector(
             self.api_client,
@@ -293,9 +269,7 @@ class Cluster:
         for thread in self._threads:
             thread.join(10)
         if self.real:
-            for pod in self._raw(
-                self.core.list_namespaced_pod(self.namespace, _preload_content=False)
-            )["items"]:
+            for pod in self._raw(self.core.list_namespaced_pod(self.namespace, _preload_content=False))["items"]:
                 pod["metadata"]["finalizers"] = []
                 with contextlib.suppress(self._exceptions.ApiException):
                     self.core.replace_namespaced_pod(pod["metadata"]["name"], self.namespace, pod)
@@ -319,6 +293,5 @@ def other_endpoints(count: int, *, base: Iterable[int] = (10, 1)) -> list[Endpoi
     """``count`` endpoints of other pods (addresses 10.1.x.y, uids random)."""
     first, second = tuple(base)
     return [
-        Endpoint(f"{first}.{second}.{i // 250}.{i % 250 + 1}", f"other-{i}", str(uuid.uuid4()))
-        for i in range(count)
+        Endpoint(f"{first}.{second}.{i // 250}.{i % 250 + 1}", f"other-{i}", str(uuid.uuid4())) for i in range(count)
     ]

@@ -116,9 +116,7 @@ class KubeAPIServer:
     same port (connections are refused meanwhile).
     """
 
-    def __init__(
-        self, *, token: str = "test-token", port: int = 0, namespace: str = "default"
-    ) -> None:
+    def __init__(self, *, token: str = "test-token", port: int = 0, namespace: str = "default") -> None:
         self.token = token
         self.namespace = namespace
         self.store = Store()
@@ -167,9 +165,7 @@ class KubeAPIServer:
         server.socket = context.wrap_socket(server.socket, server_side=True)
         self._port = server.server_address[1]
         self._httpd = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
 
@@ -267,9 +263,7 @@ class KubeAPIServer:
         """Answer matching requests with ``status`` (403, 500...)."""
         return self.inject(Fault(pattern, status=status, method=method, times=times, watch=watch))
 
-    def slow(
-        self, pattern: str, delay: float, *, method: str | None = None, times: int | None = None
-    ) -> Fault:
+    def slow(self, pattern: str, delay: float, *, method: str | None = None, times: int | None = None) -> Fault:
         """Delay matching requests by ``delay`` seconds before answering."""
         return self.inject(Fault(pattern, delay=delay, method=method, times=times))
 
@@ -407,9 +401,7 @@ class _Handler(BaseHTTPRequestHandler):
         if match is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         groups = match.groupdict()
-        api_version = (
-            f"{groups['group']}/{groups['version']}" if groups.get("group") else groups["version"]
-        )
+        api_version = f"{groups['group']}/{groups['version']}" if groups.get("group") else groups["version"]
         resource = RESOURCES.get((api_version, groups["plural"]))
         if resource is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -420,9 +412,7 @@ class _Handler(BaseHTTPRequestHandler):
             namespace = ""
         return resource, namespace, name
 
-    def _route(
-        self, method: str, path: str, query: dict[str, str], body: Any, is_watch: bool
-    ) -> int:
+    def _route(self, method: str, path: str, query: dict[str, str], body: Any, is_watch: bool) -> int:
         store = self.server.api.store
         resource, namespace, name = self._resolve(path)
         if name is None:
@@ -466,17 +456,11 @@ class _Handler(BaseHTTPRequestHandler):
             return 200
         if method == "DELETE":
             grace = query.get("gracePeriodSeconds")
-            if (
-                grace is None
-                and isinstance(body, dict)
-                and body.get("gracePeriodSeconds") is not None
-            ):
+            if grace is None and isinstance(body, dict) and body.get("gracePeriodSeconds") is not None:
                 grace = str(body["gracePeriodSeconds"])
             self._send_json(
                 200,
-                store.delete(
-                    resource, namespace or "", name, int(grace) if grace is not None else None
-                ),
+                store.delete(resource, namespace or "", name, int(grace) if grace is not None else None),
             )
             return 200
         raise ApiError(
@@ -498,9 +482,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
         return body
 
-    def _watch(
-        self, resource: Resource, namespace: str | None, matches: Any, query: dict[str, str]
-    ) -> int:
+    def _watch(self, resource: Resource, namespace: str | None, matches: Any, query: dict[str, str]) -> int:
         api = self.server.api
         store = api.store
         watcher = store.watch(resource, namespace, matches, query.get("resourceVersion"))

@@ -78,8 +78,7 @@ RESOURCES: dict[tuple[str, str], Resource] = {
             "v1",
             "events",
             "Event",
-            field_selectors=_NAME_FIELDS
-            | {"involvedObject.uid", "involvedObject.name", "reason", "type"},
+            field_selectors=_NAME_FIELDS | {"involvedObject.uid", "involvedObject.name", "reason", "type"},
         ),
         Resource(
             "events.k8s.io",
@@ -209,15 +208,11 @@ class Store:
         with self._lock:
             return copy.deepcopy(self._get_locked(resource, namespace, name))
 
-    def list(
-        self, resource: Resource, namespace: str | None, matches: Matcher
-    ) -> tuple[list[Obj], int]:
+    def list(self, resource: Resource, namespace: str | None, matches: Matcher) -> tuple[list[Obj], int]:
         with self._lock:
             items = [
                 copy.deepcopy(obj)
-                for (res, ns, _), obj in sorted(
-                    self._objects.items(), key=lambda item: (item[0][1], item[0][2])
-                )
+                for (res, ns, _), obj in sorted(self._objects.items(), key=lambda item: (item[0][1], item[0][2]))
                 if res == resource and (namespace is None or ns == namespace) and matches(obj)
             ]
             return items, self._rv
@@ -233,8 +228,7 @@ class Store:
                 raise ApiError(
                     422,
                     "Invalid",
-                    f'{resource.kind} "" is invalid: metadata.name: Required value: '
-                    "name or generateName is required",
+                    f'{resource.kind} "" is invalid: metadata.name: Required value: name or generateName is required',
                 )
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         name = meta["name"]
@@ -264,9 +258,7 @@ class Store:
         self._validate(resource, obj)
         meta = obj.setdefault("metadata", {})
         if meta.get("name", name) != name:
-            raise ApiError(
-                400, "BadRequest", "the name of the object does not match the name on the URL"
-            )
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
         with self._lock:
             current = self._get_locked(resource, namespace, name)
             cur_meta = current["metadata"]
@@ -296,19 +288,13 @@ class Store:
                     meta[key] = cur_meta[key]
                 else:
                     meta.pop(key, None)
-            if (
-                meta.get("deletionTimestamp")
-                and not meta.get("finalizers")
-                and resource.plural != "pods"
-            ):
+            if meta.get("deletionTimestamp") and not meta.get("finalizers") and resource.plural != "pods":
                 self._commit_locked(resource, namespace, "DELETED", current, obj)
             else:
                 self._commit_locked(resource, namespace, "MODIFIED", current, obj)
             return copy.deepcopy(obj)
 
-    def delete(
-        self, resource: Resource, namespace: str, name: str, grace_seconds: int | None = None
-    ) -> Obj:
+    def delete(self, resource: Resource, namespace: str, name: str, grace_seconds: int | None = None) -> Obj:
         """DELETE.  Pods are deleted gracefully, as with a kubelet on the
         node: ``deletionTimestamp`` = now + grace, and the object stays until
         ``finish_pod_deletion`` (or a delete with grace 0).  Anything else with
@@ -318,18 +304,14 @@ class Store:
             meta = current["metadata"]
             if resource.plural == "pods":
                 if grace_seconds is None:
-                    grace_seconds = int(
-                        current.get("spec", {}).get("terminationGracePeriodSeconds", 30)
-                    )
+                    grace_seconds = int(current.get("spec", {}).get("terminationGracePeriodSeconds", 30))
                 already = meta.get("deletionGracePeriodSeconds")
                 if grace_seconds > 0 or meta.get("finalizers"):
                     if already is not None and already <= grace_seconds:
                         return copy.deepcopy(current)  # a delete may only shorten
                     updated = copy.deepcopy(current)
                     now = datetime.datetime.now(datetime.UTC)
-                    updated["metadata"]["deletionTimestamp"] = _time(
-                        now + datetime.timedelta(seconds=grace_seconds)
-                    )
+                    updated["metadata"]["deletionTimestamp"] = _time(now + datetime.timedelta(seconds=grace_seconds))
                     updated["metadata"]["deletionGracePeriodSeconds"] = grace_seconds
                     self._commit_locked(resource, namespace, "MODIFIED", current, updated)
                     return copy.deepcopy(updated)
@@ -337,9 +319,7 @@ class Store:
                 if meta.get("deletionTimestamp"):
                     return copy.deepcopy(current)
                 updated = copy.deepcopy(current)
-                updated["metadata"]["deletionTimestamp"] = _time(
-                    datetime.datetime.now(datetime.UTC)
-                )
+                updated["metadata"]["deletionTimestamp"] = _time(datetime.datetime.now(datetime.UTC))
                 updated["metadata"]["deletionGracePeriodSeconds"] = 0
                 self._commit_locked(resource, namespace, "MODIFIED", current, updated)
                 return copy.deepcopy(updated)
@@ -349,9 +329,7 @@ class Store:
 
     # -- watches -------------------------------------------------------------
 
-    def watch(
-        self, resource: Resource, namespace: str | None, matches: Matcher, since: str | None
-    ) -> Watcher:
+    def watch(self, resource: Resource, namespace: str | None, matches: Matcher, since: str | None) -> Watcher:
         """Open a watch.  ``since`` unset or "0": synthetic ADDED events for
         the current state first; otherwise every change after that version."""
         watcher = Watcher(resource, namespace, matches)
@@ -364,9 +342,7 @@ class Store:
                 try:
                     start = int(since)
                 except ValueError:
-                    raise ApiError(
-                        400, "BadRequest", f"invalid resource version: {since}"
-                    ) from None
+                    raise ApiError(400, "BadRequest", f"invalid resource version: {since}") from None
                 if start < self._oldest_watchable:
                     watcher.events.put(self._expired_event(start))
                     watcher.events.put(None)
@@ -423,9 +399,7 @@ class Store:
     def _expired_event(self, start: int) -> Obj:
         return {
             "type": "ERROR",
-            "object": status_body(
-                410, "Expired", f"too old resource version: {start} ({self._oldest_watchable})"
-            ),
+            "object": status_body(410, "Expired", f"too old resource version: {start} ({self._oldest_watchable})"),
         }
 
     def _get_locked(self, resource: Resource, namespace: str, name: str) -> Obj:
@@ -439,9 +413,7 @@ class Store:
                 {"name": name, "group": resource.group, "kind": resource.plural},
             ) from None
 
-    def _commit_locked(
-        self, resource: Resource, namespace: str, kind: str, old: Obj | None, new: Obj
-    ) -> None:
+    def _commit_locked(self, resource: Resource, namespace: str, kind: str, old: Obj | None, new: Obj) -> None:
         self._rv += 1
         new["metadata"]["resourceVersion"] = str(self._rv)
         key = (resource, namespace, new["metadata"]["name"])

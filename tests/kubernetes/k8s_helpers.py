@@ -40,9 +40,7 @@ class Harness:
 
     async def shutdown_started(self, deadline: Deadline, reason: str = "SIGTERM") -> None:
         with deadline.scope():
-            await self.plugin.supervisor_shutdown_started(
-                ctx=self.ctx, deadline=deadline, reason=reason
-            )
+            await self.plugin.supervisor_shutdown_started(ctx=self.ctx, deadline=deadline, reason=reason)
 
     async def pre_stop(self, deadline: Deadline) -> float:
         """Run the hook under the deadline as the host does; returns when it

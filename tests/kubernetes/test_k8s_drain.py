@@ -21,9 +21,7 @@ def _step(ctx: object, name: str) -> object:
     return steps[-1]
 
 
-async def test_drain_ends_after_the_flip_and_the_propagation_delay(
-    kube: KubeTarget, tmp_path: Path
-) -> None:
+async def test_drain_ends_after_the_flip_and_the_propagation_delay(kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     pod = cluster.create_pod("web-0", grace=30, ip="10.0.0.7")
     cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7"), *other_endpoints(3)])
@@ -43,9 +41,7 @@ async def test_drain_ends_after_the_flip_and_the_propagation_delay(
         await h.shutdown_started(deadline)
         ended = await h.pre_stop(deadline)
     flipped = deletion.wait_flipped()
-    assert ended >= flipped + 0.5, (
-        "the drain ended before the endpoints flipped + propagation_delay"
-    )
+    assert ended >= flipped + 0.5, "the drain ended before the endpoints flipped + propagation_delay"
     assert ended < flipped + 0.5 + 5, "the drain went on long after the flip"
     assert any("2 of 2 slices still route to this pod" in m for m in logs.messages), logs.messages
     assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
@@ -56,9 +52,7 @@ async def test_no_deletion_timestamp_skips_the_drain(kube: KubeTarget, tmp_path:
     cluster = kube.cluster
     pod = cluster.create_pod("web-0", ip="10.0.0.7")
     cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
-    h = harness(
-        kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 20s, propagation_delay: 5s}"
-    )
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 20s, propagation_delay: 5s}")
     deadline = Deadline(30)
     started = time.monotonic()
     with LogRecords.capture("kubernetes") as logs:
@@ -74,9 +68,7 @@ async def test_pod_not_in_any_slice_has_nothing_to_drain(kube: KubeTarget, tmp_p
     cluster = kube.cluster
     cluster.create_pod("batch-0", ip="10.0.0.9")
     cluster.create_service("web", other_endpoints(5))
-    h = harness(
-        kube, tmp_path, "batch-0", "endpoint_drain: {propagation_delay: 10s, fallback_delay: 20s}"
-    )
+    h = harness(kube, tmp_path, "batch-0", "endpoint_drain: {propagation_delay: 10s, fallback_delay: 20s}")
     cluster.delete_pod("batch-0")
     deadline = Deadline(30)
     started = time.monotonic()
@@ -99,9 +91,7 @@ async def test_deadline_follows_the_pods_deletion_grace(kube: KubeTarget, tmp_pa
     assert 3.0 <= deadline.remaining() <= 5.0, deadline.remaining()
 
 
-async def test_a_longer_pod_grace_does_not_extend_the_deadline(
-    kube: KubeTarget, tmp_path: Path
-) -> None:
+async def test_a_longer_pod_grace_does_not_extend_the_deadline(kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     cluster.create_pod("web-0", grace=120)
     h = harness(kube, tmp_path, "web-0", "")
@@ -116,9 +106,7 @@ async def test_drain_is_cut_short_by_the_deadline(kube: KubeTarget, tmp_path: Pa
     cluster = kube.cluster
     pod = cluster.create_pod("web-0", grace=4, ip="10.0.0.7")
     cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
-    h = harness(
-        kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}"
-    )
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
     cluster.delete_pod("web-0")  # the endpoints never flip
     deadline = Deadline(30)
     started = time.monotonic()
@@ -131,22 +119,18 @@ async def test_drain_is_cut_short_by_the_deadline(kube: KubeTarget, tmp_path: Pa
     assert _step(h.ctx, "endpoint drain").outcome == "timeout"  # type: ignore[attr-defined]
 
 
-async def test_watch_expiring_mid_drain_relists(
-    fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path
-) -> None:
+async def test_watch_expiring_mid_drain_relists(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     pod = cluster.create_pod("web-0", ip="10.0.0.7")
     cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
-    h = harness(
-        kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}"
-    )
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
     cluster.delete_pod("web-0")
     deadline = Deadline(30)
 
     def watching() -> bool:
-        return any(
-            r.query.get("watch") == "true" for r in fake.requests if "endpointslices" in r.path
-        ) or any(True for w in fake.store._watchers if w.resource.plural == "endpointslices")
+        return any(r.query.get("watch") == "true" for r in fake.requests if "endpointslices" in r.path) or any(
+            True for w in fake.store._watchers if w.resource.plural == "endpointslices"
+        )
 
     async def expire_then_flip() -> None:
         while not watching():
@@ -167,9 +151,7 @@ async def test_watch_expiring_mid_drain_relists(
     assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
 
 
-async def test_watch_resumes_after_server_side_timeout(
-    fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path
-) -> None:
+async def test_watch_resumes_after_server_side_timeout(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     pod = cluster.create_pod("web-0", ip="10.0.0.7")
     cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
@@ -185,11 +167,7 @@ async def test_watch_resumes_after_server_side_timeout(
     await h.shutdown_started(deadline)
     ended = await h.pre_stop(deadline)
     assert ended >= deletion.wait_flipped()
-    watches = [
-        r
-        for r in fake.requests_matching("GET", "/endpointslices$")
-        if r.query.get("watch") == "true"
-    ]
+    watches = [r for r in fake.requests_matching("GET", "/endpointslices$") if r.query.get("watch") == "true"]
     assert len(watches) >= 2, "the watch was not resumed after the server closed it"
     # Resumed from a version (a bookmark's or an event's), never from scratch.
     assert all(r.query.get("resourceVersion") for r in watches)
@@ -197,15 +175,11 @@ async def test_watch_resumes_after_server_side_timeout(
     assert len(_plugin_lists(fake)) == 1, "a server-side timeout must not cost a relist"
 
 
-async def test_api_down_falls_back_to_the_fixed_delay(
-    fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path
-) -> None:
+async def test_api_down_falls_back_to_the_fixed_delay(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     pod = cluster.create_pod("web-0", ip="10.0.0.7")
     cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
-    h = harness(
-        kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 1.5s}\nrequest_timeout: 1s"
-    )
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 1.5s}\nrequest_timeout: 1s")
     cluster.delete_pod("web-0")
     deadline = Deadline(30)
     with LogRecords.capture("kubernetes") as logs:
@@ -217,15 +191,11 @@ async def test_api_down_falls_back_to_the_fixed_delay(
         fake.start()
     assert 1.4 <= took < 4, took
     warnings = logs.at(logging.WARNING)
-    assert any("falls back to a fixed 1.5 s wait" in m and "unreachable" in m for m in warnings), (
-        warnings
-    )
+    assert any("falls back to a fixed 1.5 s wait" in m and "unreachable" in m for m in warnings), warnings
     assert _step(h.ctx, "fallback delay").outcome == "ok"  # type: ignore[attr-defined]
 
 
-async def test_forbidden_falls_back_and_says_why(
-    fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path
-) -> None:
+async def test_forbidden_falls_back_and_says_why(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     pod = cluster.create_pod("web-0", ip="10.0.0.7")
     cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
@@ -242,9 +212,7 @@ async def test_forbidden_falls_back_and_says_why(
     assert any("HTTP 403" in m for m in logs.at(logging.WARNING)), logs.messages
 
 
-async def test_error_mid_watch_falls_back(
-    fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path
-) -> None:
+async def test_error_mid_watch_falls_back(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     pod = cluster.create_pod("web-0", ip="10.0.0.7")
     cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
@@ -261,14 +229,10 @@ async def test_error_mid_watch_falls_back(
     assert any("HTTP 500" in m for m in logs.at(logging.WARNING)), logs.messages
 
 
-async def test_slow_api_never_outlives_the_deadline(
-    fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path
-) -> None:
+async def test_slow_api_never_outlives_the_deadline(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     cluster.create_pod("web-0", ip="10.0.0.7")
-    h = harness(
-        kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 20s}\nrequest_timeout: 30s"
-    )
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 20s}\nrequest_timeout: 30s")
     fake.slow("/pods/web-0$", 20)
     deadline = Deadline(2)
     started = time.monotonic()
@@ -279,22 +243,16 @@ async def test_slow_api_never_outlives_the_deadline(
     assert _step(h.ctx, "read pod").outcome == "error"  # type: ignore[attr-defined]
 
 
-async def test_20_services_and_5000_endpoints_drain_promptly_after_the_flip(
-    kube: KubeTarget, tmp_path: Path
-) -> None:
+async def test_20_services_and_5000_endpoints_drain_promptly_after_the_flip(kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     pod = cluster.create_pod("web-0", ip="10.0.0.7")
     others = other_endpoints(5000 - 20)
     per_service = len(others) // 20
     for index in range(20):
         mine = [pod_endpoints(pod, "10.0.0.7")]
-        cluster.create_service(
-            f"svc-{index:02d}", mine + others[index * per_service : (index + 1) * per_service]
-        )
+        cluster.create_service(f"svc-{index:02d}", mine + others[index * per_service : (index + 1) * per_service])
     assert sum(len(s.get("endpoints") or []) for s in cluster.list_slices()) == 5000
-    h = harness(
-        kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 30s}"
-    )
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 30s}")
     deletion = cluster.delete_pod_and_flip("web-0", flip_after=1.0)
     deadline = Deadline(30)
     await h.shutdown_started(deadline)

@@ -19,18 +19,10 @@ LEASE = "controller-leader"
 
 
 def _lease_section(extra: str = "") -> str:
-    return (
-        "lease_release:\n"
-        "  process: controller\n"
-        f"  leases: [{{name: {LEASE}}}]\n"
-        "  retries: 3\n"
-        f"{extra}"
-    )
+    return f"lease_release:\n  process: controller\n  leases: [{{name: {LEASE}}}]\n  retries: 3\n{extra}"
 
 
-async def test_released_like_client_go_and_the_standby_takes_over(
-    kube: KubeTarget, tmp_path: Path
-) -> None:
+async def test_released_like_client_go_and_the_standby_takes_over(kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     cluster.create_pod("ctrl-0")
     leader = cluster.elector(LEASE, "ctrl-0_6f1c2a", retry_period=0.3).start()
@@ -72,19 +64,13 @@ async def test_lease_held_by_someone_else_is_left_alone(kube: KubeTarget, tmp_pa
         kube,
         tmp_path,
         "ctrl-0",
-        "lease_release:\n  process: controller\n"
-        f"  leases: [{{name: {LEASE}}}, {{name: ctrl-0-lookalike}}]\n",
+        f"lease_release:\n  process: controller\n  leases: [{{name: {LEASE}}}, {{name: ctrl-0-lookalike}}]\n",
     )
     with LogRecords.capture("kubernetes") as logs:
         await h.after_stop(Deadline(10))
-    assert (
-        cluster.read_lease(LEASE)["metadata"]["resourceVersion"]
-        == before["metadata"]["resourceVersion"]
-    )
+    assert cluster.read_lease(LEASE)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert cluster.read_lease("ctrl-0-lookalike")["spec"]["holderIdentity"] == "ctrl-0x_bbbb"
-    assert any("held by ctrl-7_aaaa, not by this pod: left alone" in m for m in logs.messages), (
-        logs.messages
-    )
+    assert any("held by ctrl-7_aaaa, not by this pod: left alone" in m for m in logs.messages), logs.messages
 
 
 async def test_exact_identity_setting(kube: KubeTarget, tmp_path: Path) -> None:
@@ -115,9 +101,7 @@ async def test_leases_found_by_label_selector(kube: KubeTarget, tmp_path: Path) 
         lease = cluster.create_lease(name, holder)
         lease["metadata"]["labels"] = {"team": team}
         cluster.coordination.replace_namespaced_lease(name, cluster.namespace, lease)
-    h = harness(
-        kube, tmp_path, "ctrl-0", "lease_release: {process: controller, selector: 'team in (x)'}"
-    )
+    h = harness(kube, tmp_path, "ctrl-0", "lease_release: {process: controller, selector: 'team in (x)'}")
     await h.after_stop(Deadline(10))
     assert cluster.read_lease("a")["spec"]["holderIdentity"] == ""
     assert cluster.read_lease("b")["spec"]["holderIdentity"] == ""
@@ -177,9 +161,7 @@ async def test_a_409_race_lost_to_a_new_holder_leaves_it_alone(
     assert cluster.read_lease(LEASE)["spec"]["holderIdentity"] == "ctrl-1_98ab01"
 
 
-async def test_conflicts_beyond_the_retries_give_up(
-    fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path
-) -> None:
+async def test_conflicts_beyond_the_retries_give_up(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     cluster.create_pod("ctrl-0")
     cluster.create_lease(LEASE, "ctrl-0_6f1c2a")
@@ -200,9 +182,7 @@ async def test_never_released_while_the_process_runs(kube: KubeTarget, tmp_path:
     alive = FakeProcess("controller", pid=4242, running=True)
     deadline = Deadline(10)
     with LogRecords.capture("kubernetes") as logs:
-        await h.plugin.supervisor_after_process_stop(
-            ctx=h.ctx, deadline=deadline, process=alive, status=None
-        )
+        await h.plugin.supervisor_after_process_stop(ctx=h.ctx, deadline=deadline, process=alive, status=None)
     assert cluster.read_lease(LEASE)["spec"]["holderIdentity"] == "ctrl-0_6f1c2a"
     assert any("still running" in m for m in logs.messages)
 
@@ -219,7 +199,7 @@ async def test_other_processes_do_not_release(kube: KubeTarget, tmp_path: Path) 
 async def test_events_tell_the_story(kube: KubeTarget, tmp_path: Path) -> None:
     cluster = kube.cluster
     pod = cluster.create_pod("web-0", ip="10.0.0.7")
-    from tests.kubeapi import pod_endpoints  # noqa: PLC0415
+    from tests.kubeapi import pod_endpoints
 
     cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
     cluster.create_lease(LEASE, "web-0_77")

@@ -87,8 +87,7 @@ def test_defaults_do_nothing_but_read_the_pod(tmp_path: Path) -> None:
         ),
         (
             "endpoint_drain: {fallback_delay: soon}",
-            "cfg.yaml:8:38: plugins.kubernetes.endpoint_drain.fallback_delay: "
-            "invalid duration 'soon'",
+            "cfg.yaml:8:38: plugins.kubernetes.endpoint_drain.fallback_delay: invalid duration 'soon'",
         ),
         (
             "lease_release: {process: manager, leases: [{name: x}]}",
@@ -100,10 +99,8 @@ def test_defaults_do_nothing_but_read_the_pod(tmp_path: Path) -> None:
             "cfg.yaml:8:20: plugins.kubernetes.lease_release: name the Leases to release",
         ),
         (
-            "lease_release: {process: controller, leases: [{name: x}], "
-            "identity: a, identity_prefix: b}",
-            "plugins.kubernetes.lease_release.identity_prefix: "
-            "give either identity: or identity_prefix:",
+            "lease_release: {process: controller, leases: [{name: x}], identity: a, identity_prefix: b}",
+            "plugins.kubernetes.lease_release.identity_prefix: give either identity: or identity_prefix:",
         ),
         (
             "lease_release: {process: controller, leases: [{name: x}], selector: 'a=b'}",
@@ -124,7 +121,7 @@ def test_problems_point_at_the_line(tmp_path: Path, section: str, expected: str)
 
 def test_bad_settings_exit_2_with_one_line_each(tmp_path: Path) -> None:
     """Through the real CLI: no traceback, FILE:LINE:COLUMN, exit 2."""
-    import subprocess  # noqa: PLC0415
+    import subprocess
 
     path = tmp_path / "cfg.yaml"
     path.write_text(_yaml("endpoint_drain: {propagation_dely: 5s}\nlease_release: {process: nope}"))
@@ -138,9 +135,7 @@ def test_bad_settings_exit_2_with_one_line_each(tmp_path: Path) -> None:
     assert result.returncode == 2, result
     lines = result.stderr.strip().splitlines()
     assert "Traceback" not in result.stderr
-    assert any("propagation_dely" in line and line.startswith(f"{path}:8:") for line in lines), (
-        lines
-    )
+    assert any("propagation_dely" in line and line.startswith(f"{path}:8:") for line in lines), lines
     assert any("no process named 'nope'" in line for line in lines), lines
 
 
@@ -160,16 +155,12 @@ def test_slice_tracker_matches_uid_then_ip() -> None:
         [
             {
                 "metadata": {"name": "a"},
-                "endpoints": [
-                    {"addresses": ["10.0.0.7"], "targetRef": {"kind": "Pod", "uid": "uid-1"}}
-                ],
+                "endpoints": [{"addresses": ["10.0.0.7"], "targetRef": {"kind": "Pod", "uid": "uid-1"}}],
             },
             # Same IP, other pod (an IP reused after our pod's death): not ours.
             {
                 "metadata": {"name": "b"},
-                "endpoints": [
-                    {"addresses": ["10.0.0.7"], "targetRef": {"kind": "Pod", "uid": "uid-2"}}
-                ],
+                "endpoints": [{"addresses": ["10.0.0.7"], "targetRef": {"kind": "Pod", "uid": "uid-2"}}],
             },
             # No targetRef (a hand-made or mirrored slice): matched by address.
             {"metadata": {"name": "c"}, "endpoints": [{"addresses": ["10.0.0.7"]}]},

@@ -59,7 +59,7 @@ class KubernetesPlugin:
     async def supervisor_background(self, ctx: Context) -> None:
         """Import the client, load the configuration and learn the pod's UID
         and IPs now, while there is time, rather than during the shutdown."""
-        from ._api import APIError  # noqa: PLC0415
+        from ._api import APIError
 
         try:
             connection = await self._connect(ctx)
@@ -73,20 +73,16 @@ class KubernetesPlugin:
     # -- shutdown --------------------------------------------------------------
 
     @hookimpl
-    async def supervisor_shutdown_started(
-        self, ctx: Context, deadline: Deadline, reason: str
-    ) -> None:
+    async def supervisor_shutdown_started(self, ctx: Context, deadline: Deadline, reason: str) -> None:
         """Read the own Pod: is it being deleted, and when comes the SIGKILL?"""
-        from ._api import APIError  # noqa: PLC0415
+        from ._api import APIError
 
         settings = _settings(ctx)
         with ctx.timeline.step("shutdown_started", "read pod", plugin=ctx.plugin) as step:
             try:
                 connection = await self._connect(ctx, deadline)
                 identity = connection.pod_identity
-                self._pod = await connection.api.read_pod(
-                    identity.namespace, identity.name, deadline
-                )
+                self._pod = await connection.api.read_pod(identity.namespace, identity.name, deadline)
             except APIError as exc:
                 self._pod_error = str(exc)
                 step.outcome = "error"
@@ -131,8 +127,8 @@ class KubernetesPlugin:
         settings = _settings(ctx)
         if settings.drain is None:
             return
-        from ._drain import drain_endpoints  # noqa: PLC0415
-        from ._events import EventRecorder  # noqa: PLC0415
+        from ._drain import drain_endpoints
+        from ._events import EventRecorder
 
         drain = settings.drain
         started = trio.current_time()
@@ -167,12 +163,8 @@ class KubernetesPlugin:
                         deadline=deadline,
                     )
                 )
-                result = await drain_endpoints(
-                    connection.api, identity, drain, deadline, ctx.log, until=until
-                )
-                step.outcome = {"drained": "ok", "nothing": "skipped"}.get(
-                    result.outcome, result.outcome
-                )
+                result = await drain_endpoints(connection.api, identity, drain, deadline, ctx.log, until=until)
+                step.outcome = {"drained": "ok", "nothing": "skipped"}.get(result.outcome, result.outcome)
                 step.detail = _describe(result)
             if result.outcome == "nothing":
                 ctx.log.info("this pod is in no EndpointSlice: nothing to drain")
@@ -196,8 +188,7 @@ class KubernetesPlugin:
                 nursery.start_soon(
                     lambda: events.record(
                         "DrainTimedOut",
-                        f"{result.slices} EndpointSlices still routed to the pod "
-                        f"after {result.waited:.1f}s",
+                        f"{result.slices} EndpointSlices still routed to the pod after {result.waited:.1f}s",
                         action="Drain",
                         deadline=deadline,
                         warning=True,
@@ -232,9 +223,9 @@ class KubernetesPlugin:
         lease = settings.lease
         if lease is None or process.name != lease.process:
             return
-        from ._api import APIError  # noqa: PLC0415
-        from ._events import EventRecorder  # noqa: PLC0415
-        from ._lease import release_lease  # noqa: PLC0415
+        from ._api import APIError
+        from ._events import EventRecorder
+        from ._lease import release_lease
 
         if process.running:
             # Two leaders at once is worse than a slow hand-over.
@@ -260,9 +251,7 @@ class KubernetesPlugin:
         events = EventRecorder(connection.api if settings.events else None, identity, ctx.log)
 
         async def one(ns: str, name: str, first: dict[str, Any] | None) -> None:
-            with ctx.timeline.step(
-                "after_process_stop", f"release lease {ns}/{name}", plugin=ctx.plugin
-            ) as step:
+            with ctx.timeline.step("after_process_stop", f"release lease {ns}/{name}", plugin=ctx.plugin) as step:
                 result = await release_lease(
                     connection.api,
                     namespace=ns,
@@ -278,13 +267,10 @@ class KubernetesPlugin:
                 )
                 step.detail = (result.holder and f"holder {result.holder}") or result.detail
             if result.outcome == "released":
-                ctx.log.info(
-                    "released lease %s/%s held by %s (%s)", ns, name, result.holder, status
-                )
+                ctx.log.info("released lease %s/%s held by %s (%s)", ns, name, result.holder, status)
                 await events.record(
                     "LeaseReleased",
-                    f"released Lease {ns}/{name} held by {result.holder} "
-                    f"after {process.name} {status}",
+                    f"released Lease {ns}/{name} held by {result.holder} after {process.name} {status}",
                     action="ReleaseLease",
                     deadline=deadline,
                 )
@@ -309,8 +295,8 @@ class KubernetesPlugin:
     # -- internals -----------------------------------------------------------
 
     async def _connect(self, ctx: Context, deadline: Deadline | None = None) -> _Connection:
-        from ._api import APIError, KubeAPI, load_client  # noqa: PLC0415
-        from ._identity import identity_from_environment  # noqa: PLC0415
+        from ._api import APIError, KubeAPI, load_client
+        from ._identity import identity_from_environment
 
         settings = _settings(ctx)
         async with self._lock:
@@ -318,17 +304,13 @@ class KubernetesPlugin:
                 return self._connection
             limit = deadline.remaining_for_hooks() if deadline is not None else None
             with trio.move_on_after(limit if limit is not None else float("inf")) as scope:
-                api_client, namespace = await trio.to_thread.run_sync(
-                    load_client, settings, abandon_on_cancel=True
-                )
+                api_client, namespace = await trio.to_thread.run_sync(load_client, settings, abandon_on_cancel=True)
             if scope.cancelled_caught:
                 raise APIError("no time left to load the Kubernetes client")
             identity = identity_from_environment(
                 settings.pod, settings.service_account_dir, kubeconfig_namespace=namespace
             )
-            self._connection = _Connection(
-                KubeAPI(api_client, request_timeout=settings.request_timeout), identity
-            )
+            self._connection = _Connection(KubeAPI(api_client, request_timeout=settings.request_timeout), identity)
             ctx.log.debug("connected as pod %s/%s", identity.namespace, identity.name)
             return self._connection
 
@@ -363,9 +345,7 @@ def _seconds_to_kill(meta: dict[str, Any], deadline: Deadline) -> float | None:
     return min(candidates) if candidates else None
 
 
-async def _fixed_wait(
-    ctx: Context, deadline: Deadline, delay: float, started: float, why: str
-) -> None:
+async def _fixed_wait(ctx: Context, deadline: Deadline, delay: float, started: float, why: str) -> None:
     """The fall-back when the slices cannot be watched: the classic sleep."""
     left = max(0.0, started + delay - trio.current_time())
     wait = min(left, deadline.remaining_for_hooks())

@@ -14,10 +14,12 @@ enabled.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
 import os
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -71,23 +73,18 @@ def load_client(settings: KubernetesSettings) -> tuple[Any, str | None]:
     account, else $KUBECONFIG / ~/.kube/config; and the kubeconfig context's
     namespace, if any.  Blocking (file reads, maybe an exec credential
     plugin): call it in a thread."""
-    import urllib3  # noqa: PLC0415 - the client's transport
-    from kubernetes import client, config  # noqa: PLC0415 - only when enabled
-    from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
-    from kubernetes.config.incluster_config import InClusterConfigLoader  # noqa: PLC0415
+    import urllib3
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.incluster_config import InClusterConfigLoader
 
     configuration = client.Configuration()
     namespace: str | None = None
     try:
         if settings.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            path = (
-                settings.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
-            )
+            path = settings.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
             if path is None and not Path(config.KUBE_CONFIG_DEFAULT_LOCATION).expanduser().exists():
-                raise APIError(
-                    "no in-cluster configuration (KUBERNETES_SERVICE_HOST is not set) "
-                    "and no kubeconfig"
-                )
+                raise APIError("no in-cluster configuration (KUBERNETES_SERVICE_HOST is not set) and no kubeconfig")
             config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=path, client_configuration=configuration
             )
@@ -113,7 +110,7 @@ class KubeAPI:
     """Deadline-bounded calls; every failure becomes an ``APIError``."""
 
     def __init__(self, api_client: Any, *, request_timeout: float) -> None:
-        from kubernetes import client  # noqa: PLC0415
+        from kubernetes import client
 
         self.api_client = api_client
         self.request_timeout = request_timeout
@@ -142,18 +139,14 @@ class KubeAPI:
 
     async def _run(self, work: Callable[[float], Any], deadline: Deadline | None) -> Any:
         timeout = self.timeout(deadline)
-        return await trio.to_thread.run_sync(
-            _translated, work, timeout, abandon_on_cancel=True, limiter=self.limiter
-        )
+        return await trio.to_thread.run_sync(_translated, work, timeout, abandon_on_cancel=True, limiter=self.limiter)
 
     # -- calls ---------------------------------------------------------------
 
     async def read_pod(self, namespace: str, name: str, deadline: Deadline | None = None) -> Obj:
         def work(timeout: float) -> Obj:
             return _json(
-                self._core.read_namespaced_pod(
-                    name, namespace, _preload_content=False, _request_timeout=timeout
-                )
+                self._core.read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=timeout)
             )
 
         result: Obj = await self._run(work, deadline)
@@ -199,24 +192,30 @@ class KubeAPI:
         bookmarks included) from a worker thread.  The stream ends when the
         server closes it after ``timeout_seconds``; an error arrives as an
         ``APIError`` item (410 for an expired version) and ends it too."""
-        from kubernetes import watch  # noqa: PLC0415
+        from kubernetes import client, watch
 
+        # A connection pool of its own: stopping a watch shuts its socket
+        # down, and such a socket must never go back to the shared pool, where
+        # the next request would write to it (EPIPE, and a SIGPIPE for the
+        # whole supervisor).
+        watch_client = client.ApiClient(self.api_client.configuration)
+        discovery = client.DiscoveryV1Api(watch_client)
         send, receive = trio.open_memory_channel[Obj | APIError](math.inf)
         # return_type=object: events keep plain dicts, but the client still
         # tracks versions and turns ERROR events into exceptions.
-        watcher = watch.Watch(return_type=object)  # type: ignore[no-untyped-call]
+        watcher = _stoppable(watch.Watch)(return_type=object)
         token = trio.lowlevel.current_trio_token()
 
         def forward(item: Obj | APIError) -> None:
             try:
                 trio.from_thread.run_sync(send.send_nowait, item, trio_token=token)
             except (trio.RunFinishedError, trio.BrokenResourceError, trio.ClosedResourceError):
-                watcher.stop()  # type: ignore[no-untyped-call]
+                watcher.stop()
 
         def stream() -> None:
             try:
-                for event in watcher.stream(  # type: ignore[no-untyped-call]
-                    self._discovery.list_namespaced_endpoint_slice,
+                for event in watcher.stream(
+                    discovery.list_namespaced_endpoint_slice,
                     namespace,
                     label_selector=label_selector,
                     resource_version=resource_version,
@@ -227,8 +226,10 @@ class KubeAPI:
                     _request_timeout=(self.request_timeout, timeout_seconds + 5),
                 ):
                     forward({"type": event["type"], "object": event["raw_object"]})
-            except Exception as exc:
+            except Exception as exc:  # handed to the trio side
                 forward(_as_api_error(exc))
+            finally:
+                watch_client.close()  # type: ignore[no-untyped-call]
 
         async def pump() -> None:
             try:
@@ -243,7 +244,7 @@ class KubeAPI:
             finally:
                 # Shut the socket so the thread ends now rather than at the
                 # server's timeout; trio has stopped waiting for it already.
-                watcher.stop()  # type: ignore[no-untyped-call]
+                watcher.stop()
                 nursery.cancel_scope.cancel()
 
     async def read_lease(self, namespace: str, name: str, deadline: Deadline | None = None) -> Obj:
@@ -257,9 +258,7 @@ class KubeAPI:
         result: Obj = await self._run(work, deadline)
         return result
 
-    async def list_leases(
-        self, namespace: str, label_selector: str, deadline: Deadline | None = None
-    ) -> list[Obj]:
+    async def list_leases(self, namespace: str, label_selector: str, deadline: Deadline | None = None) -> list[Obj]:
         def work(timeout: float) -> list[Obj]:
             page = _json(
                 self._coordination.list_namespaced_lease(
@@ -274,9 +273,7 @@ class KubeAPI:
         result: list[Obj] = await self._run(work, deadline)
         return result
 
-    async def replace_lease(
-        self, namespace: str, name: str, lease: Obj, deadline: Deadline | None = None
-    ) -> Obj:
+    async def replace_lease(self, namespace: str, name: str, lease: Obj, deadline: Deadline | None = None) -> Obj:
         """PUT the whole Lease; the server answers 409 if its resourceVersion
         is no longer current."""
 
@@ -290,17 +287,34 @@ class KubeAPI:
         result: Obj = await self._run(work, deadline)
         return result
 
-    async def create_event(
-        self, namespace: str, event: Obj, deadline: Deadline | None = None
-    ) -> None:
+    async def create_event(self, namespace: str, event: Obj, deadline: Deadline | None = None) -> None:
         def work(timeout: float) -> None:
             _json(
-                self._events.create_namespaced_event(
-                    namespace, event, _preload_content=False, _request_timeout=timeout
-                )
+                self._events.create_namespaced_event(namespace, event, _preload_content=False, _request_timeout=timeout)
             )
 
         await self._run(work, deadline)
+
+
+def _stoppable(base: Any) -> Any:
+    """``Watch`` whose ``stop()`` shuts only the reading side of the socket.
+
+    The client's own ``stop()`` shuts both sides, and TLS then writes its
+    closing alert into a socket that cannot be written: EPIPE, raised as a
+    SIGPIPE that the supervisor would take for one sent to it.  Shutting the
+    reading side wakes the blocked read all the same.
+    """
+
+    class Watch(base):  # type: ignore[misc]
+        def stop(self) -> None:
+            self._stop = True
+            connection = getattr(getattr(self, "_resp", None), "connection", None)
+            sock = getattr(connection, "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RD)
+
+    return Watch
 
 
 def _json(response: Any) -> Obj:
@@ -324,7 +338,7 @@ def _translated(work: Callable[[float], Any], timeout: float) -> Any:
 
 def _as_api_error(exc: BaseException) -> APIError:
     """One readable line for anything the client or the network raised."""
-    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+    from kubernetes.client.exceptions import ApiException
 
     if isinstance(exc, APIError):
         return exc

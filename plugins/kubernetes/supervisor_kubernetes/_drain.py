@@ -156,9 +156,7 @@ class _Drainer:
             try:
                 items, version = await self._list()
             except APIError as exc:
-                return DrainResult(
-                    "fallback", reason=str(exc), waited=trio.current_time() - started
-                )
+                return DrainResult("fallback", reason=str(exc), waited=trio.current_time() - started)
             self.tracker.reset(items)
             if not self.tracker.slices:
                 return DrainResult("nothing")
@@ -204,9 +202,7 @@ class _Drainer:
         """One watch request; returns the version to resume from."""
         tracker = self.tracker
         error: APIError | None = None
-        async with self.api.watch_endpoint_slices(
-            self.pod.namespace, self.selector, version, seconds
-        ) as events:
+        async with self.api.watch_endpoint_slices(self.pod.namespace, self.selector, version, seconds) as events:
             async for item in events:
                 if isinstance(item, APIError):
                     # Raised outside the watch's nursery, as itself rather

@@ -90,8 +90,7 @@ async def release_lease(
             if exc.status != 409:
                 return LeaseOutcome(namespace, name, "error", holder=holder, detail=str(exc))
             log.info(
-                "lease %s/%s changed while releasing it (409 Conflict, attempt %d of %d): "
-                "reading it again",
+                "lease %s/%s changed while releasing it (409 Conflict, attempt %d of %d): reading it again",
                 namespace,
                 name,
                 attempt + 1,

@@ -175,9 +175,7 @@ def _drain(section: Settings | None) -> DrainSettings | None:
 def _lease(section: Settings | None, config: Config) -> LeaseSettings | None:
     if section is None:
         return None
-    section.check_keys(
-        ("process", "leases", "selector", "namespace", "identity", "identity_prefix", "retries")
-    )
+    section.check_keys(("process", "leases", "selector", "namespace", "identity", "identity_prefix", "retries"))
     process = section.string("process", required=True) or ""
     names = [p.name for p in config.processes]
     if process and names and process not in names:
@@ -192,9 +190,7 @@ def _lease(section: Settings | None, config: Config) -> LeaseSettings | None:
     if "leases" in section and selector is not None:
         section.error("selector", "give either leases: or selector:, not both")
     elif not leases and selector is None and "leases" not in section:
-        section.error(
-            None, "name the Leases to release: leases: [{name: ...}] or selector: 'app=...'"
-        )
+        section.error(None, "name the Leases to release: leases: [{name: ...}] or selector: 'app=...'")
     identity = section.string("identity")
     identity_prefix = section.string("identity_prefix")
     if identity is not None and identity_prefix is not None:

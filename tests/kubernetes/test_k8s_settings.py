@@ -220,3 +220,15 @@ def test_holder_matching() -> None:
 def test_service_selector() -> None:
     assert service_selector([]) is None
     assert service_selector(["web", "admin"]) == "kubernetes.io/service-name in (admin,web)"
+
+
+def test_the_client_is_imported_only_when_enabled() -> None:
+    """Installing the plugin costs nothing to deployments that do not use it."""
+    import subprocess
+
+    code = (
+        "import sys, supervisor_kubernetes as k\n"
+        "k.KubernetesPlugin()\n"
+        "assert 'kubernetes' not in sys.modules, sorted(m for m in sys.modules if 'kube' in m)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

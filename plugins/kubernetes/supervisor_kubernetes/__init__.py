@@ -8,7 +8,8 @@ Events on the pod.  See README.md for the settings.
 
 The ``kubernetes`` client is imported only when the plugin is enabled, in a
 worker thread, during normal operation (so that neither the start nor the
-shutdown pays for it).
+shutdown pays for it); the modules imported here use only trio and the
+supervisor's API at import time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ import trio
 
 from supervisor import Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
 
+from ._api import APIError, KubeAPI, load_client
+from ._drain import DrainResult, drain_endpoints
+from ._events import EventRecorder
+from ._identity import PodIdentity, identity_from_environment
+from ._lease import release_lease
 from ._settings import KubernetesSettings, parse_settings
 
 __all__ = ["KubernetesPlugin", "KubernetesSettings"]
@@ -34,8 +40,8 @@ _REPORT_TIME = 0.5
 class _Connection:
     """The client and this pod, once known."""
 
-    api: Any  # _api.KubeAPI (typed loosely: importing it imports nothing heavy, but keep it lazy)
-    pod_identity: Any  # _identity.PodIdentity
+    api: KubeAPI
+    pod_identity: PodIdentity
 
 
 class KubernetesPlugin:
@@ -59,7 +65,6 @@ class KubernetesPlugin:
     async def supervisor_background(self, ctx: Context) -> None:
         """Import the client, load the configuration and learn the pod's UID
         and IPs now, while there is time, rather than during the shutdown."""
-        from ._api import APIError
 
         try:
             connection = await self._connect(ctx)
@@ -75,7 +80,6 @@ class KubernetesPlugin:
     @hookimpl
     async def supervisor_shutdown_started(self, ctx: Context, deadline: Deadline, reason: str) -> None:
         """Read the own Pod: is it being deleted, and when comes the SIGKILL?"""
-        from ._api import APIError
 
         settings = _settings(ctx)
         with ctx.timeline.step("shutdown_started", "read pod", plugin=ctx.plugin) as step:
@@ -127,8 +131,6 @@ class KubernetesPlugin:
         settings = _settings(ctx)
         if settings.drain is None:
             return
-        from ._drain import drain_endpoints
-        from ._events import EventRecorder
 
         drain = settings.drain
         started = trio.current_time()
@@ -223,9 +225,6 @@ class KubernetesPlugin:
         lease = settings.lease
         if lease is None or process.name != lease.process:
             return
-        from ._api import APIError
-        from ._events import EventRecorder
-        from ._lease import release_lease
 
         if process.running:
             # Two leaders at once is worse than a slow hand-over.
@@ -295,8 +294,6 @@ class KubernetesPlugin:
     # -- internals -----------------------------------------------------------
 
     async def _connect(self, ctx: Context, deadline: Deadline | None = None) -> _Connection:
-        from ._api import APIError, KubeAPI, load_client
-        from ._identity import identity_from_environment
 
         settings = _settings(ctx)
         async with self._lock:
@@ -355,7 +352,7 @@ async def _fixed_wait(ctx: Context, deadline: Deadline, delay: float, started: f
         await trio.sleep(wait)
 
 
-def _describe(result: Any) -> str:
+def _describe(result: DrainResult) -> str:
     if result.outcome == "nothing":
         return "in no EndpointSlice"
     if result.outcome == "fallback":

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NoReturn
 
 from . import __version__
-from ._units import format_duration, parse_duration, parse_signal, signal_name
+from ._units import parse_duration, parse_signal
 
 if TYPE_CHECKING:
     from ._early import EarlySignals
@@ -170,7 +170,23 @@ def build_config(options: RunOptions) -> Config:
             stop_signal=options.rewrite.get(signal.SIGTERM, signal.SIGTERM) or signal.SIGTERM,
         )
         config = replace(config, processes=(*config.processes, main))
+    _check_privileges(config)
     return config
+
+
+def _check_privileges(config: Config) -> None:
+    """Users, groups and capabilities that cannot work here fail now, with
+    their position, rather than as a 126 once other processes are running."""
+    from .config import ConfigError, Problem
+    from .runtime.privileges import check_privileges
+
+    problems = []
+    for spec in config.processes:
+        reason = check_privileges(spec)
+        if reason:
+            problems.append(Problem(spec.position, f"processes.{spec.name}: {reason}"))
+    if problems:
+        raise ConfigError(problems)
 
 
 def _unique_name(program: str, taken: set[str]) -> str:
@@ -278,11 +294,3 @@ def _plugins(host: PluginHost) -> int:
     for entry in entries:
         print(entry)
     return 0
-
-
-def describe_signal_rewrites(rewrite: dict[int, int]) -> str:
-    return ", ".join(f"{signal_name(a)}→{signal_name(b) if b else 'dropped'}" for a, b in sorted(rewrite.items()))
-
-
-def describe_budget(seconds: float) -> str:
-    return format_duration(seconds)

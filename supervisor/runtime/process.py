@@ -25,7 +25,7 @@ from .._units import format_duration, signal_name
 from ..config import ProcessSpec
 from .backoff import RestartTracker
 from .privileges import preexec_for
-from .readiness import describe, wait_ready
+from .readiness import ReadyProbe, describe
 
 __all__ = ["ProcessEvents", "SupervisedProcess"]
 
@@ -229,13 +229,12 @@ class SupervisedProcess:
             return f"could not be started ({self.status})"
         if check is None:
             return None
-        result: str | None = f"not ready within {format_duration(check.timeout)} ({describe(check)})"
+        probe = ReadyProbe(check, env={**os.environ, **self.spec.env}, cwd=self.spec.cwd)
+        result: str | None = None
         async with trio.open_nursery() as nursery:
 
-            async def probe() -> None:
-                nonlocal result
-                await wait_ready(check, env={**os.environ, **self.spec.env}, cwd=self.spec.cwd)
-                result = None
+            async def wait_probe() -> None:
+                await probe.wait()
                 nursery.cancel_scope.cancel()
 
             async def watch_exit() -> None:
@@ -245,8 +244,15 @@ class SupervisedProcess:
                 nursery.cancel_scope.cancel()
 
             nursery.cancel_scope.deadline = trio.current_time() + check.timeout
-            nursery.start_soon(probe)
+            nursery.start_soon(wait_probe)
             nursery.start_soon(watch_exit)
+        if (
+            nursery.cancel_scope.cancelled_caught
+            and result is None
+            and trio.current_time() >= nursery.cancel_scope.deadline
+        ):
+            why = f"; last probe: {probe.last_failure}" if probe.last_failure else ""
+            result = f"not ready within {format_duration(check.timeout)} ({describe(check)}{why})"
         if result is None:
             log.info("%s is ready (%s)", self.name, describe(check))
         return result

@@ -41,9 +41,7 @@ def _load(tmp_path: Path, yaml_text: str) -> Config:
     return load_config(str(path), environ={})
 
 
-def configure(
-    module: ModuleType, tmp_path: Path, yaml_text: str, name: str
-) -> tuple[object, Config]:
+def configure(module: ModuleType, tmp_path: Path, yaml_text: str, name: str) -> tuple[object, Config]:
     """Run the plugin's supervisor_configure on its section; fail on any problem."""
     config = _load(tmp_path, yaml_text)
     settings = config.plugins[name]

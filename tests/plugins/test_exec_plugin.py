@@ -85,9 +85,7 @@ async def test_output_goes_to_the_log_line_by_line(tmp_path: Path) -> None:
 async def test_a_string_command_is_split_like_a_shell_and_named_after_itself(
     tmp_path: Path,
 ) -> None:
-    results, logs, _ = await _run(
-        tmp_path, "      - {phase: pre_stop, command: \"echo 'a b'  c\"}\n"
-    )
+    results, logs, _ = await _run(tmp_path, "      - {phase: pre_stop, command: \"echo 'a b'  c\"}\n")
     assert results[0].outcome == "ok"
     assert "echo 'a b' c: a b c" in logs.messages
 
@@ -164,11 +162,7 @@ async def test_timeout_kills_a_command_that_ignores_sigterm_and_its_children(
             wait
 """,
     )
-    pids = [
-        int(m.group(1))
-        for m in (re.search(r"(?:leader|child) (\d+)$", x) for x in logs.messages)
-        if m
-    ]
+    pids = [int(m.group(1)) for m in (re.search(r"(?:leader|child) (\d+)$", x) for x in logs.messages) if m]
     leftovers.extend(pids)
     assert trio.current_time() - start < 5
     assert results[0].outcome == "timeout"
@@ -177,9 +171,7 @@ async def test_timeout_kills_a_command_that_ignores_sigterm_and_its_children(
     wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=5)
 
 
-async def test_deadline_cancels_a_running_command_and_stops_it(
-    tmp_path: Path, leftovers: list[int]
-) -> None:
+async def test_deadline_cancels_a_running_command_and_stops_it(tmp_path: Path, leftovers: list[int]) -> None:
     # No timeout of its own: the shutdown deadline (1 s, less the reserve) bounds it.
     start = trio.current_time()
     results, logs, ctx = await _run(
@@ -196,9 +188,7 @@ async def test_deadline_cancels_a_running_command_and_stops_it(
     assert not pid_alive(pid)
 
 
-async def test_background_children_do_not_hold_up_the_phase(
-    tmp_path: Path, leftovers: list[int]
-) -> None:
+async def test_background_children_do_not_hold_up_the_phase(tmp_path: Path, leftovers: list[int]) -> None:
     # The daemon keeps the output pipe open; the phase ends anyway once the
     # command itself has exited (after a short wait for its last output).
     start = trio.current_time()
@@ -253,9 +243,7 @@ async def test_per_process_commands_run_only_around_their_process(tmp_path: Path
       - {phase: before_process_stop, process: web, name: web-only, command: "true"}
       - {phase: before_process_stop, process: worker, name: worker-only, command: "true"}
 """
-    results, logs, _ = await _run(
-        tmp_path, commands, "before_process_stop", process=FakeProcess("worker")
-    )
+    results, logs, _ = await _run(tmp_path, commands, "before_process_stop", process=FakeProcess("worker"))
     assert len(results) == 1
     assert any(m.startswith("worker-only: exited") for m in logs.messages)
     assert not any(m.startswith("web-only") for m in logs.messages)
@@ -295,9 +283,7 @@ async def test_hooks_dispatch_to_their_phase(tmp_path: Path) -> None:
     )
     await supervisor_exec.supervisor_post_stop(ctx=ctx, deadline=deadline)
     steps = ctx.timeline.steps
-    assert [(s.phase, s.name, s.outcome) for s in steps] == [
-        (p, p, "ok") for p in supervisor_exec.PHASES
-    ]
+    assert [(s.phase, s.name, s.outcome) for s in steps] == [(p, p, "ok") for p in supervisor_exec.PHASES]
 
 
 def test_settings_problems_are_reported_at_their_positions(tmp_path: Path) -> None:
@@ -341,15 +327,10 @@ def test_settings_problems_are_reported_at_their_positions(tmp_path: Path) -> No
 def test_commands_are_required(tmp_path: Path) -> None:
     problems = configure_problems(supervisor_exec, tmp_path, "plugins:\n  exec: {}\n", "exec")
     assert problems == [
-        f"{tmp_path}/cfg.yaml:2:9: plugins.exec: "
-        "missing required key 'commands' (a list of commands to run)"
+        f"{tmp_path}/cfg.yaml:2:9: plugins.exec: missing required key 'commands' (a list of commands to run)"
     ]
 
 
 def test_registered_as_an_entry_point() -> None:
-    (entry,) = [
-        ep
-        for ep in importlib.metadata.entry_points(group="supervisor.plugins")
-        if ep.name == "exec"
-    ]
+    (entry,) = [ep for ep in importlib.metadata.entry_points(group="supervisor.plugins") if ep.name == "exec"]
     assert entry.load() is supervisor_exec

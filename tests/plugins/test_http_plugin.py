@@ -141,9 +141,7 @@ async def test_post_sends_body_and_headers(tmp_path: Path, server: Server) -> No
     assert server_saw.headers["Content-Type"] == "text/plain"
     assert server_saw.headers["User-Agent"] == "pid1-supervisor-http"
     assert [(r.outcome, r.status, r.attempts) for r in results] == [("ok", 200, 1)]
-    assert logs.at(logging.INFO) == [
-        f"POST {server.url}/drain?wait=1: status 200: answer 1 after 1 attempt(s) in 0.0s"
-    ]
+    assert logs.at(logging.INFO) == [f"POST {server.url}/drain?wait=1: status 200: answer 1 after 1 attempt(s) in 0.0s"]
     (step,) = ctx.timeline.steps  # type: ignore[attr-defined]
     assert (step.phase, step.name, step.plugin, step.outcome, step.detail) == (
         "pre_stop",
@@ -158,8 +156,7 @@ async def test_retries_until_an_expected_status(tmp_path: Path, server: Server) 
     server.statuses = [503, 503, 202]
     results, logs, _ = await _run(
         tmp_path,
-        f"      - {{phase: pre_stop, url: '{server.url}/drain', method: POST, "
-        "retry_interval: 50ms, expect: 202}\n",
+        f"      - {{phase: pre_stop, url: '{server.url}/drain', method: POST, retry_interval: 50ms, expect: 202}}\n",
     )
     assert [(r.outcome, r.status, r.attempts) for r in results] == [("ok", 202, 3)]
     assert len(server.received) == 3
@@ -175,9 +172,7 @@ async def test_status_classes(tmp_path: Path, server: Server) -> None:
     results, _, _ = await _run(tmp_path, f"      - {{phase: pre_stop, url: '{server.url}/'}}\n")
     assert results[0].outcome == "ok"  # the default is 2xx
     server.statuses = [404]
-    results, _, _ = await _run(
-        tmp_path, f"      - {{phase: pre_stop, url: '{server.url}/', expect: [2xx, 4XX]}}\n"
-    )
+    results, _, _ = await _run(tmp_path, f"      - {{phase: pre_stop, url: '{server.url}/', expect: [2xx, 4XX]}}\n")
     assert results[0].outcome == "ok"
 
 
@@ -186,8 +181,7 @@ async def test_gives_up_at_its_timeout_and_says_why(tmp_path: Path, server: Serv
     start = trio.current_time()
     results, logs, ctx = await _run(
         tmp_path,
-        f"      - {{phase: post_stop, url: '{server.url}/x', timeout: 500ms, "
-        "retry_interval: 100ms, expect: [200]}\n",
+        f"      - {{phase: post_stop, url: '{server.url}/x', timeout: 500ms, retry_interval: 100ms, expect: [200]}}\n",
         "post_stop",
     )
     assert 0.4 < trio.current_time() - start < 3
@@ -206,8 +200,7 @@ async def test_connection_refused_is_retried(tmp_path: Path) -> None:
     port = _closed_port()
     results, _, _ = await _run(
         tmp_path,
-        f"      - {{phase: pre_stop, url: 'http://127.0.0.1:{port}/', timeout: 300ms, "
-        "retry_interval: 50ms}\n",
+        f"      - {{phase: pre_stop, url: 'http://127.0.0.1:{port}/', timeout: 300ms, retry_interval: 50ms}}\n",
     )
     assert results[0].outcome == "timeout"
     assert results[0].attempts >= 2
@@ -227,9 +220,7 @@ async def test_a_slow_server_hits_the_attempt_timeout(tmp_path: Path, server: Se
     assert results[0].detail.endswith("last: no response within 0.2s")
 
 
-async def test_the_deadline_cancels_a_request_without_timeout(
-    tmp_path: Path, server: Server
-) -> None:
+async def test_the_deadline_cancels_a_request_without_timeout(tmp_path: Path, server: Server) -> None:
     server.statuses = [503]
     start = trio.current_time()
     results, logs, ctx = await _run(
@@ -241,8 +232,7 @@ async def test_the_deadline_cancels_a_request_without_timeout(
     assert 0.8 < trio.current_time() - start < 2
     assert results == []
     assert any(
-        m.startswith(f"GET {server.url}/: cancelled by the shutdown deadline after ")
-        for m in logs.at(logging.WARNING)
+        m.startswith(f"GET {server.url}/: cancelled by the shutdown deadline after ") for m in logs.at(logging.WARNING)
     )
     assert ctx.timeline.steps[0].outcome == "cancelled"  # type: ignore[attr-defined]
 
@@ -279,25 +269,18 @@ async def test_json_body_and_credentials_in_the_url(tmp_path: Path, server: Serv
 
 
 async def test_per_process_requests(tmp_path: Path, server: Server) -> None:
-    requests = (
-        f"      - {{phase: after_process_stop, process: web, url: '{server.url}/released'}}\n"
-    )
+    requests = f"      - {{phase: after_process_stop, process: web, url: '{server.url}/released'}}\n"
     results, _, _ = await _run(tmp_path, requests, "after_process_stop", process=FakeProcess("web"))
     assert results[0].outcome == "ok"
     assert server.received[0].path == "/released"
-    results, _, _ = await _run(
-        tmp_path, requests, "after_process_stop", process=FakeProcess("other")
-    )
+    results, _, _ = await _run(tmp_path, requests, "after_process_stop", process=FakeProcess("other"))
     assert results == []
 
 
 async def test_hooks_dispatch_to_their_phase(tmp_path: Path, server: Server) -> None:
-    text = (
-        "processes:\n  - {name: web, command: 'true'}\nplugins:\n  http:\n    requests:\n"
-        + "".join(
-            f"      - {{phase: {p}, url: '{server.url}/{p}'{_WEB if 'proc' in p else ''}}}\n"
-            for p in supervisor_http.PHASES
-        )
+    text = "processes:\n  - {name: web, command: 'true'}\nplugins:\n  http:\n    requests:\n" + "".join(
+        f"      - {{phase: {p}, url: '{server.url}/{p}'{_WEB if 'proc' in p else ''}}}\n"
+        for p in supervisor_http.PHASES
     )
     settings, config = configure(supervisor_http, tmp_path, text, "http")
     ctx = make_context("http", settings, config)
@@ -306,9 +289,7 @@ async def test_hooks_dispatch_to_their_phase(tmp_path: Path, server: Server) -> 
     await supervisor_http.supervisor_shutdown_started(ctx=ctx, deadline=deadline)
     await supervisor_http.supervisor_pre_stop(ctx=ctx, deadline=deadline)
     await supervisor_http.supervisor_before_process_stop(ctx=ctx, deadline=deadline, process=web)
-    await supervisor_http.supervisor_after_process_stop(
-        ctx=ctx, deadline=deadline, process=web, status=None
-    )
+    await supervisor_http.supervisor_after_process_stop(ctx=ctx, deadline=deadline, process=web, status=None)
     await supervisor_http.supervisor_post_stop(ctx=ctx, deadline=deadline)
     assert [r.path for r in server.received] == [f"/{p}" for p in supervisor_http.PHASES]
 
@@ -332,10 +313,8 @@ plugins:
     problems = configure_problems(supervisor_http, tmp_path, text, "http")
     base = str(tmp_path / "cfg.yaml")
     assert [p.removeprefix(base) for p in problems] == [
-        ":6:32: plugins.http.requests[0].url: invalid URL 'ftp://example/': "
-        "use http://HOST[:PORT]/PATH or https://...",
-        ":7:32: plugins.http.requests[1].url: invalid URL 'http://127.0.0.1:99999/': "
-        "Port out of range 0-65535",
+        ":6:32: plugins.http.requests[0].url: invalid URL 'ftp://example/': use http://HOST[:PORT]/PATH or https://...",
+        ":7:32: plugins.http.requests[1].url: invalid URL 'http://127.0.0.1:99999/': Port out of range 0-65535",
         ":8:53: plugins.http.requests[2].method: unknown method 'FETCH' "
         "(use one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)",
         ":9:53: plugins.http.requests[3].expect: invalid status '2xy': "
@@ -353,9 +332,5 @@ plugins:
 
 
 def test_registered_as_an_entry_point() -> None:
-    (entry,) = [
-        ep
-        for ep in importlib.metadata.entry_points(group="supervisor.plugins")
-        if ep.name == "http"
-    ]
+    (entry,) = [ep for ep in importlib.metadata.entry_points(group="supervisor.plugins") if ep.name == "http"]
     assert entry.load() is supervisor_http

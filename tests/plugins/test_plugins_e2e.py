@@ -37,9 +37,7 @@ def _timeline(sup: Supervisor) -> list[dict[str, object]]:
 
 
 def _steps(sup: Supervisor, plugin: str) -> list[tuple[object, object, object]]:
-    return [
-        (s["phase"], s["name"], s["outcome"]) for s in _timeline(sup) if s.get("plugin") == plugin
-    ]
+    return [(s["phase"], s["name"], s["outcome"]) for s in _timeline(sup) if s.get("plugin") == plugin]
 
 
 def _messages(sup: Supervisor, logger: str) -> list[str]:
@@ -150,9 +148,7 @@ def drain_endpoint() -> Iterator[tuple[str, list[str]]]:
         thread.join(5)
 
 
-def test_http_calls_the_drain_endpoint_before_the_stop(
-    tmp_path: Path, drain_endpoint: tuple[str, list[str]]
-) -> None:
+def test_http_calls_the_drain_endpoint_before_the_stop(tmp_path: Path, drain_endpoint: tuple[str, list[str]]) -> None:
     # The namespace has its own PIDs but shares the network: 127.0.0.1 is the test's.
     url, seen = drain_endpoint
     config = _config(
@@ -207,8 +203,7 @@ def test_bad_plugin_settings_are_one_line_each_and_exit_2(tmp_path: Path) -> Non
     assert errors == [
         f"{config}:4:20: plugins.sleep.seconds: invalid duration 'soon': use a number of seconds "
         "or a number with ms, s, m or h (30, 30s, 500ms, 1.5s, 2m)",
-        f"{config}:7:46: plugins.exec.commands[0].process: "
-        "unknown process 'nope' (processes: true)",
+        f"{config}:7:46: plugins.exec.commands[0].process: unknown process 'nope' (processes: true)",
         f"{config}:10:32: plugins.http.requests[0].url: invalid URL 'localhost:8080/drain': "
         "use http://HOST[:PORT]/PATH or https://...",
     ], sup.output

@@ -5,6 +5,7 @@ assertions are exact and the tests take no real time."""
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,7 @@ plugins:
 
 async def _sleep_hook(tmp_path: Path, seconds: str, deadline: Deadline) -> tuple[float, list[str]]:
     """Run pre_stop to its end; return how long it took and what it logged."""
-    settings, config = configure(
-        supervisor_sleep, tmp_path, CONFIG.format(seconds=seconds), "sleep"
-    )
+    settings, config = configure(supervisor_sleep, tmp_path, CONFIG.format(seconds=seconds), "sleep")
     ctx = make_context("sleep", settings, config)
     start = trio.current_time()
     with LogRecords.capture("sleep") as logs:
@@ -34,17 +33,13 @@ async def _sleep_hook(tmp_path: Path, seconds: str, deadline: Deadline) -> tuple
     return trio.current_time() - start, logs.messages
 
 
-async def test_sleeps_the_configured_time(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
+async def test_sleeps_the_configured_time(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     elapsed, messages = await _sleep_hook(tmp_path, "15s", Deadline(30))
     assert elapsed == pytest.approx(15)
     assert messages == ["sleeping 15.0s before stopping processes"]
 
 
-async def test_accepts_every_duration_form(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
+async def test_accepts_every_duration_form(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     for written, seconds in [("2", 2.0), ("500ms", 0.5), ("1.5s", 1.5), ("1m", 60.0)]:
         elapsed, _ = await _sleep_hook(tmp_path, written, Deadline(300))
         assert elapsed == pytest.approx(seconds), written
@@ -56,18 +51,14 @@ async def test_zero_is_a_no_op(tmp_path: Path, autojump_clock: trio.testing.Mock
     assert messages == []
 
 
-async def test_capped_by_the_deadline_and_says_so(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
+async def test_capped_by_the_deadline_and_says_so(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     # A 10 s budget keeps 1 s in reserve for stopping processes: hooks get 9 s.
     elapsed, messages = await _sleep_hook(tmp_path, "15s", Deadline(10))
     assert elapsed == pytest.approx(9)
     assert "sleeping 9.0s instead of 15.0s" in messages[0]
 
 
-async def test_cut_short_when_the_main_process_exits(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
+async def test_cut_short_when_the_main_process_exits(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     settings, config = configure(supervisor_sleep, tmp_path, CONFIG.format(seconds="15s"), "sleep")
     ctx = make_context("sleep", settings, config)
     start = trio.current_time()
@@ -91,8 +82,25 @@ async def test_no_sleep_once_the_main_process_has_exited(
     assert trio.current_time() == start
 
 
-async def test_a_second_signal_ends_the_sleep(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
+def _expire(deadline: Deadline) -> None:
+    deadline.expire("second SIGTERM")
+
+
+def _shorten(deadline: Deadline) -> None:
+    # The kubernetes plugin learns that the pod really has 5 s left.
+    deadline.shorten(5, "pod deletion deadline")
+
+
+@pytest.mark.parametrize(
+    ("change", "ends_after"),
+    [(_expire, 3.0), (_shorten, 3 + 5 - 5 * 0.1 * 2)],  # less the shortened reserve
+    ids=["second signal", "shortened deadline"],
+)
+async def test_follows_later_changes_of_the_deadline(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    change: Callable[[Deadline], None],
+    ends_after: float,
 ) -> None:
     settings, config = configure(supervisor_sleep, tmp_path, CONFIG.format(seconds="15s"), "sleep")
     ctx = make_context("sleep", settings, config)
@@ -101,23 +109,8 @@ async def test_a_second_signal_ends_the_sleep(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(supervisor_sleep.supervisor_pre_stop, ctx, deadline)
         await trio.sleep(3)
-        deadline.expire("second SIGTERM")
-    assert trio.current_time() - start == pytest.approx(3)
-
-
-async def test_follows_a_deadline_shortened_while_sleeping(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
-    settings, config = configure(supervisor_sleep, tmp_path, CONFIG.format(seconds="15s"), "sleep")
-    ctx = make_context("sleep", settings, config)
-    deadline = Deadline(30)
-    start = trio.current_time()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(supervisor_sleep.supervisor_pre_stop, ctx, deadline)
-        await trio.sleep(1)
-        # The kubernetes plugin learns the pod really has 5 s left.
-        deadline.shorten(5, "pod deletion deadline")
-    assert trio.current_time() - start == pytest.approx(1 + 5 - deadline.reserve)
+        change(deadline)
+    assert trio.current_time() - start == pytest.approx(ends_after)
 
 
 @pytest.mark.parametrize(
@@ -138,9 +131,7 @@ async def test_follows_a_deadline_shortened_while_sleeping(
         ),
     ],
 )
-def test_bad_settings_are_reported_at_their_position(
-    tmp_path: Path, section: str, expected: str
-) -> None:
+def test_bad_settings_are_reported_at_their_position(tmp_path: Path, section: str, expected: str) -> None:
     text = f"grace_period: 30s\nplugins:\n  sleep:\n    {section}\n"
     if section == "{}":
         text = "grace_period: 30s\nplugins:\n  sleep: {}\n"
@@ -155,18 +146,12 @@ def test_hook_timeout_is_allowed_in_the_section(tmp_path: Path) -> None:
 
 
 def test_registered_as_an_entry_point() -> None:
-    (entry,) = [
-        ep
-        for ep in importlib.metadata.entry_points(group="supervisor.plugins")
-        if ep.name == "sleep"
-    ]
+    (entry,) = [ep for ep in importlib.metadata.entry_points(group="supervisor.plugins") if ep.name == "sleep"]
     assert entry.load() is supervisor_sleep
     assert entry.dist is not None and entry.dist.name == "pid1-supervisor-sleep"
 
 
-async def test_no_sleep_when_the_deadline_has_passed(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
+async def test_no_sleep_when_the_deadline_has_passed(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     deadline = Deadline(30)
     deadline.expire("second SIGTERM")
     elapsed, messages = await _sleep_hook(tmp_path, "15s", deadline)

@@ -39,16 +39,14 @@ and ``SUPERVISOR_TIME_LEFT`` (seconds the shutdown deadline leaves for hooks).
 
 from __future__ import annotations
 
-from functools import partial
-
 import trio
 
 from supervisor import Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
 
-from ._run import Result, run_command
+from ._run import Result, Runner
 from ._spec import PHASES, Command, ExecSettings, parse
 
-__all__ = ["PHASES", "Command", "ExecSettings", "Result", "run_phase"]
+__all__ = ["PHASES", "Command", "ExecSettings", "Result", "Runner", "run_phase"]
 
 
 @hookimpl
@@ -72,9 +70,7 @@ async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
 
 
 @hookimpl
-async def supervisor_before_process_stop(
-    ctx: Context, deadline: Deadline, process: ProcessInfo
-) -> None:
+async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> None:
     await run_phase(ctx, "before_process_stop", deadline, process)
 
 
@@ -111,13 +107,14 @@ async def run_phase(
         env["SUPERVISOR_TIME_LEFT"] = f"{deadline.remaining_for_hooks():.3f}"
     results: list[Result | None] = [None] * len(commands)
 
-    async def run_one(index: int, command: Command, output: trio.Nursery) -> None:
-        results[index] = await run_command(command, ctx, env=env, deadline=deadline, output=output)
+    async def run_one(index: int, command: Command, runner: Runner) -> None:
+        results[index] = await runner.run(command)
 
     async def run_all() -> None:
         async with trio.open_nursery() as nursery:
+            runner = Runner(ctx, env, deadline, output=nursery)
             for index, command in enumerate(commands):
-                nursery.start_soon(partial(run_one, index, command, nursery))
+                nursery.start_soon(run_one, index, command, runner)
 
     if deadline is None:
         await run_all()

@@ -9,6 +9,7 @@ code here may call ``waitpid(-1)`` and steal another process's exit status.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import signal
@@ -23,7 +24,7 @@ from supervisor import Context, Deadline, ExitStatus
 
 from ._spec import Command
 
-__all__ = ["Result", "run_command"]
+__all__ = ["Result", "Runner"]
 
 # Output is logged line by line; a longer "line" (a progress bar, a binary
 # dump) is cut into pieces of this many bytes so one record stays readable.
@@ -45,104 +46,99 @@ class Result:
     status: ExitStatus | None = None
 
 
-async def run_command(
-    command: Command,
-    ctx: Context,
-    *,
-    env: Mapping[str, str],
-    deadline: Deadline | None,
-    output: trio.Nursery,
-) -> Result:
-    """Run ``command`` to completion, its timeout, or the caller's cancellation.
+@dataclass(frozen=True, slots=True)
+class Runner:
+    """Runs the commands of one phase.
 
-    ``output`` is a nursery that outlives the command, for the task that logs
-    its output; keeping that task out of this one means a cancellation
-    reaches the caller as a plain ``trio.Cancelled``.  A non-zero exit or a
-    timeout is logged and returned, never raised.
+    ``env`` is added to every command's environment.  ``output`` is a nursery
+    that outlives the commands, for the tasks that log their output: keeping
+    those out of a command's own task means a cancellation reaches the
+    caller as a plain ``trio.Cancelled``, and the timeline records it so.
     """
-    with ctx.timeline.step(command.phase, command.name, plugin=ctx.plugin) as step:
-        result = await _run(command, ctx, env=env, deadline=deadline, output=output)
-        step.outcome = result.outcome
-        step.detail = result.detail
-    return result
+
+    ctx: Context
+    env: Mapping[str, str]
+    deadline: Deadline | None
+    output: trio.Nursery
+
+    async def run(self, command: Command) -> Result:
+        """Run ``command`` to completion, its timeout, or the caller's cancellation.
+
+        A non-zero exit or a timeout is logged and returned, never raised.
+        """
+        with self.ctx.timeline.step(command.phase, command.name, plugin=self.ctx.plugin) as step:
+            result = await self._run(command)
+            step.outcome = result.outcome
+            step.detail = result.detail
+        return result
+
+    async def _run(self, command: Command) -> Result:
+        log = self.ctx.log
+        started = trio.current_time()
+        try:
+            proc = await trio.lowlevel.open_process(
+                list(command.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env, **command.env},
+                cwd=command.cwd,
+                process_group=0,
+            )
+        except OSError as exc:
+            reason = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
+            log.error("%s: cannot start: %s", command.name, reason)  # noqa: TRY400 -- a typo needs no traceback
+            return Result("error", f"cannot start: {reason}")
+        log.info("%s: started (pid %d)", command.name, proc.pid)
+
+        assert proc.stdout is not None  # stdout=PIPE
+        reader = trio.CancelScope()
+        output_done = trio.Event()
+        emit = partial(log.info, "%s: %s", command.name)
+        self.output.start_soon(_log_output, proc.stdout, emit, reader, output_done)
+        try:
+            returncode, how = await self._wait(proc, command)
+        finally:
+            # A child left in the background may hold the pipe open for ever:
+            # read on only briefly once the command itself is gone.
+            reader.deadline = min(reader.deadline, trio.current_time() + _OUTPUT_DRAIN)
+        # Its last lines come before the verdict in the log.
+        await output_done.wait()
+
+        if returncode is None:
+            return Result("timeout", f"after {command.timeout:.1f}s, {how}")
+        status = ExitStatus.from_returncode(returncode)
+        elapsed = trio.current_time() - started
+        if status.success:
+            log.info("%s: %s after %.1fs", command.name, status, elapsed)
+            return Result("ok", status=status)
+        log.warning("%s: %s after %.1fs", command.name, status, elapsed)
+        return Result("error", str(status), status)
+
+    async def _wait(self, proc: trio.Process, command: Command) -> tuple[int | None, str]:
+        """Wait for the command within its timeout; stop it if that runs out.
+
+        Returns its return code, or None and how it was stopped.
+        """
+        log = self.ctx.log
+        try:
+            with trio.move_on_after(math.inf if command.timeout is None else command.timeout):
+                return await proc.wait(), ""
+        except trio.Cancelled:
+            # From outside: the deadline, or a second SIGTERM that expired it.
+            # What is left of the budget belongs to the plan's own stops.
+            grace = command.kill_after
+            if self.deadline is not None:
+                grace = min(grace, self.deadline.remaining() / 2)
+            log.warning("%s: cancelled by the shutdown deadline; stopping it", command.name)
+            await _stop(proc, grace, command.name, log)
+            raise
+        how = await _stop(proc, command.kill_after, command.name, log)
+        log.warning("%s: timed out after %.1fs; %s", command.name, command.timeout, how)
+        return None, how
 
 
-async def _run(
-    command: Command,
-    ctx: Context,
-    *,
-    env: Mapping[str, str],
-    deadline: Deadline | None,
-    output: trio.Nursery,
-) -> Result:
-    log = ctx.log
-    started = trio.current_time()
-    try:
-        proc = await trio.lowlevel.open_process(
-            list(command.argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env, **command.env},
-            cwd=command.cwd,
-            process_group=0,
-        )
-    except OSError as exc:
-        reason = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
-        log.error("%s: cannot start: %s", command.name, reason)  # noqa: TRY400 -- no traceback for a typo
-        return Result("error", f"cannot start: {reason}")
-    log.info("%s: started (pid %d)", command.name, proc.pid)
-
-    assert proc.stdout is not None  # stdout=PIPE
-    reader = trio.CancelScope()
-    output_done = trio.Event()
-    emit = partial(log.info, "%s: %s", command.name)
-    output.start_soon(_log_output, proc.stdout, emit, reader, output_done)
-    try:
-        returncode, how = await _wait(proc, command, ctx, deadline)
-    finally:
-        # A child left in the background may hold the pipe open for ever:
-        # read on only briefly once the command itself is gone.
-        reader.deadline = min(reader.deadline, trio.current_time() + _OUTPUT_DRAIN)
-    # Its last lines come before the verdict in the log.
-    await output_done.wait()
-
-    if returncode is None:
-        return Result("timeout", f"after {command.timeout:.1f}s, {how}")
-    status = ExitStatus.from_returncode(returncode)
-    elapsed = trio.current_time() - started
-    if status.success:
-        log.info("%s: %s after %.1fs", command.name, status, elapsed)
-        return Result("ok", status=status)
-    log.warning("%s: %s after %.1fs", command.name, status, elapsed)
-    return Result("error", str(status), status)
-
-
-async def _wait(
-    proc: trio.Process, command: Command, ctx: Context, deadline: Deadline | None
-) -> tuple[int | None, str]:
-    """Wait for the command within its timeout; stop it if that runs out.
-
-    Returns its return code, or None and how it was stopped.
-    """
-    try:
-        with trio.move_on_after(math.inf if command.timeout is None else command.timeout):
-            return await proc.wait(), ""
-    except trio.Cancelled:
-        # From outside: the deadline, or a second SIGTERM that expired it.
-        # What is left of the budget belongs to the plan's own stops.
-        grace = command.kill_after
-        if deadline is not None:
-            grace = min(grace, deadline.remaining() / 2)
-        ctx.log.warning("%s: cancelled by the shutdown deadline; stopping it", command.name)
-        await _stop(proc, grace, log_name=command.name, ctx=ctx)
-        raise
-    how = await _stop(proc, command.kill_after, log_name=command.name, ctx=ctx)
-    ctx.log.warning("%s: timed out after %.1fs; %s", command.name, command.timeout, how)
-    return None, how
-
-
-async def _stop(proc: trio.Process, grace: float, *, log_name: str, ctx: Context) -> str:
+async def _stop(proc: trio.Process, grace: float, name: str, log: logging.Logger) -> str:
     """SIGTERM to the command's process group, SIGKILL after ``grace``.
 
     Shielded, so that a cancellation cannot leave the group running, and
@@ -163,7 +159,7 @@ async def _stop(proc: trio.Process, grace: float, *, log_name: str, ctx: Context
         return "terminated"
     if proc.returncode is not None:
         return "killed"
-    ctx.log.error("%s: pid %d still there %.1fs after SIGKILL", log_name, proc.pid, _REAP_BOUND)
+    log.error("%s: pid %d still there %.1fs after SIGKILL", name, proc.pid, _REAP_BOUND)
     return "killed, still exiting"
 
 

@@ -93,16 +93,13 @@ def _parse_process(entry: Settings, phase: str | None, known: list[str]) -> str 
     process = entry.string("process")
     if phase in PROCESS_PHASES:
         if process is None:
-            entry.error(
-                None, f"missing required key 'process' ({phase} commands belong to a process)"
-            )
+            entry.error(None, f"missing required key 'process' ({phase} commands belong to a process)")
         elif process not in known:
             entry.error("process", f"unknown process {process!r}{_among(known)}")
     elif process is not None and phase is not None:
         entry.error(
             "process",
-            f"only before_process_stop and after_process_stop "
-            f"commands belong to a process, not {phase}",
+            f"only before_process_stop and after_process_stop commands belong to a process, not {phase}",
         )
     return process
 

@@ -96,8 +96,7 @@ def _reference(text: str, dollar: int, environ: Mapping[str, str]) -> tuple[str,
             break
     else:
         raise ExpansionError(
-            f"invalid variable reference in {text!r} after ${{{name}: "
-            "expected '}', ':-default' or '-default'"
+            f"invalid variable reference in {text!r} after ${{{name}: expected '}}', ':-default' or '-default'"
         )
     missing = value is None or (operator.startswith(":") and value == "")
     # Like a shell, an unused default is only parsed, never evaluated: an

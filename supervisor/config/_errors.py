@@ -28,9 +28,7 @@ class ConfigError(Exception):
     def __init__(self, problems: Iterable[Problem]) -> None:
         self.problems = sorted(
             problems,
-            key=lambda p: (
-                (p.position.file, p.position.line, p.position.column) if p.position else ("", 0, 0)
-            ),
+            key=lambda p: (p.position.file, p.position.line, p.position.column) if p.position else ("", 0, 0),
         )
         super().__init__("\n".join(str(p) for p in self.problems))
 

@@ -44,9 +44,7 @@ def load_config(path: str, environ: Mapping[str, str] | None = None) -> Config:
     return config
 
 
-_EMPTY = (
-    "the configuration is empty: expected a mapping with keys such as processes: and grace_period:"
-)
+_EMPTY = "the configuration is empty: expected a mapping with keys such as processes: and grace_period:"
 
 
 def _build(root: Node, path: str, problems: list[Problem]) -> Config:
@@ -89,9 +87,7 @@ def _processes(root: dict[str, Node], top: Settings) -> tuple[ProcessSpec, ...]:
     if node is not None and isinstance(node.value, dict):
         # `processes: {web: {...}}` is another tool's layout; sections() would
         # read it as a single process with a key named "web".
-        top.error(
-            "processes", "expected a list of processes, each written `- name: ...`, got a mapping"
-        )
+        top.error("processes", "expected a list of processes, each written `- name: ...`, got a mapping")
         return ()
     entries = top.sections("processes")
     specs: list[ProcessSpec] = []
@@ -115,9 +111,7 @@ def _processes(root: dict[str, Node], top: Settings) -> tuple[ProcessSpec, ...]:
     return tuple(specs)
 
 
-def _check_dependencies(
-    specs: list[ProcessSpec], entry_of: dict[str, Settings], written: set[str]
-) -> None:
+def _check_dependencies(specs: list[ProcessSpec], entry_of: dict[str, Settings], written: set[str]) -> None:
     for spec in specs:
         entry = entry_of[spec.name]
         for dep in spec.depends_on:
@@ -135,9 +129,7 @@ def _check_main(specs: list[ProcessSpec], entry_of: dict[str, Settings]) -> None
     for extra in mains[1:]:
         first = entry_of[mains[0].name].position_of("main")
         line = f" (line {first.line})" if first else ""
-        entry_of[extra.name].error(
-            "main", f"only one process can be main: {mains[0].name!r} already is{line}"
-        )
+        entry_of[extra.name].error("main", f"only one process can be main: {mains[0].name!r} already is{line}")
 
 
 def _plugins(root: dict[str, Node], top: Settings) -> dict[str, Settings]:

@@ -117,6 +117,8 @@ def parse_process(entry: Settings) -> ProcessSpec | None:
         log_prefix=entry.boolean("log_prefix"),
         position=entry.position,
     )
+    if spec.stop_signal == signal.SIGSTOP:
+        entry.error("stop_signal", "SIGSTOP pauses a process instead of stopping it: use TERM, INT or QUIT")
     return spec if name is not None else None
 
 
@@ -135,9 +137,7 @@ def _env(entry: Settings) -> dict[str, str]:
     env = entry.mapping("env")
     for name, value in env.items():
         if not _ENV_NAME.fullmatch(name):
-            entry.error(
-                "env", f"invalid variable name {name!r}: it may not be empty or contain '='"
-            )
+            entry.error("env", f"invalid variable name {name!r}: it may not be empty or contain '='")
         if "\0" in value:
             entry.error("env", f"the value of {name!r} contains a NUL character")
     return env
@@ -151,9 +151,7 @@ def _path(entry: Settings, key: str) -> str | None:
     return path
 
 
-def _account(
-    entry: Settings, key: str, lookup: Callable[[str], object], database: str
-) -> str | None:
+def _account(entry: Settings, key: str, lookup: Callable[[str], object], database: str) -> str | None:
     """A user or group: a number as it is, a name only if the system knows it."""
     value = entry.string(key)
     if value is None:
@@ -214,11 +212,7 @@ def _capability_names(section: Settings, key: str, *, allow_all: bool) -> tuple[
             section.error(
                 key,
                 f"unknown capability {raw!r}"
-                + (
-                    f" (did you mean {close.upper()}?)"
-                    if close
-                    else f": use names such as NET_BIND_SERVICE{hint}"
-                ),
+                + (f" (did you mean {close.upper()}?)" if close else f": use names such as NET_BIND_SERVICE{hint}"),
             )
     return tuple(dict.fromkeys(names))
 

@@ -93,8 +93,7 @@ def _http_url(section: Settings, text: str) -> str | None:
     if url.scheme not in ("http", "https") or not url.hostname:
         section.error(
             "http",
-            "expected an http:// or https:// URL such as http://127.0.0.1:8080/healthz, "
-            f"got {text!r}",
+            f"expected an http:// or https:// URL such as http://127.0.0.1:8080/healthz, got {text!r}",
         )
         return None
     return text

@@ -37,9 +37,7 @@ def render_plan(config: Config, hooks: Mapping[str, Sequence[str]]) -> str:
     lines += _start_section(config, phases)
     lines.append("")
     lines += _shutdown_section(config, phases)
-    others = sorted(
-        phase for phase in phases if phase.partition(":")[0] not in _PLACED | _NOT_PHASES
-    )
+    others = sorted(phase for phase in phases if phase.partition(":")[0] not in _PLACED | _NOT_PHASES)
     if others:
         lines += ["", "Event hooks"]
         lines += [_row(phase, ", ".join(phases[phase])) for phase in others]
@@ -54,9 +52,7 @@ def _normalize(hooks: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     return phases
 
 
-def _row(
-    label: str, text: str, window: str = "", *, indent: int = 2, width: int = _LABEL_WIDTH
-) -> str:
+def _row(label: str, text: str, window: str = "", *, indent: int = 2, width: int = _LABEL_WIDTH) -> str:
     line = f"{' ' * indent}{label:<{width - indent + 2}} {text}"
     if window:
         line = f"{line:<66} {window}"
@@ -123,8 +119,7 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
     reserve = min(_deadline._RESERVE_MAX, grace * _deadline._RESERVE_FRACTION)
     g = format_duration(grace)
     lines = [
-        f"Shutdown plan (grace period {g}; SIGKILL escalation at {g}; "
-        f"hooks end {format_duration(reserve)} before it)"
+        f"Shutdown plan (grace period {g}; SIGKILL escalation at {g}; hooks end {format_duration(reserve)} before it)"
     ]
     if "shutdown_started" in phases:
         lines.append(_row("shutdown_started", ", ".join(phases["shutdown_started"]), "[0s]"))
@@ -138,9 +133,7 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
         longest = 0.0
         for process in level:
             end_text, overrun = _stop_end(process, offset, grace, draining)
-            window = f"[{_at(start, offset)} – {end_text}]" + (
-                "  exceeds the grace period" if overrun else ""
-            )
+            window = f"[{_at(start, offset)} – {end_text}]" + ("  exceeds the grace period" if overrun else "")
             lines.append(_row(f"{number}. stop {process.name}", _stop_text(process), window))
             for phase in _PER_PROCESS:
                 plugins = [*phases.get(phase, []), *phases.get(f"{phase}:{process.name}", [])]
@@ -161,9 +154,7 @@ def _at(start: str, offset: float) -> str:
     return start if offset == 0 else f"{start}+{format_duration(offset)}"
 
 
-def _stop_end(
-    process: ProcessSpec, offset: float, grace: float, draining: bool
-) -> tuple[str, bool]:
+def _stop_end(process: ProcessSpec, offset: float, grace: float, draining: bool) -> tuple[str, bool]:
     if process.stop_timeout is None:
         return format_duration(grace), (not draining and offset > grace)
     end = offset + process.stop_timeout
@@ -179,15 +170,10 @@ def _stop_text(process: ProcessSpec) -> str:
 
 def _summary(claimed: float, grace: float, reserve: float, draining: bool) -> str:
     if not claimed:
-        return (
-            "  Stop timeouts claim nothing: each stop may use whatever is left of the grace period."
-        )
+        return "  Stop timeouts claim nothing: each stop may use whatever is left of the grace period."
     left = grace - claimed
     if left < 0:
-        return (
-            f"  Stop timeouts claim {format_duration(claimed)}, "
-            f"{format_duration(-left)} more than the grace period."
-        )
+        return f"  Stop timeouts claim {format_duration(claimed)}, {format_duration(-left)} more than the grace period."
     text = f"  Stop timeouts claim at most {format_duration(claimed)} of {format_duration(grace)}"
     if draining:
         return text + f"; pre_stop fits them all if D <= {format_duration(left)}."

@@ -50,9 +50,7 @@ class Settings:
         self.path = path
         self.position: Position | None = node.position if node is not None else None
         self.problems: list[Problem] = [] if problems is None else problems
-        self._values: dict[str, Node] = (
-            node.value if node is not None and isinstance(node.value, dict) else {}
-        )
+        self._values: dict[str, Node] = node.value if node is not None and isinstance(node.value, dict) else {}
         self._keys: dict[str, Position] = node.keys if node is not None else {}
         self._reserved = tuple(reserved)
 
@@ -196,9 +194,7 @@ class Settings:
         return node.value
 
     @overload
-    def integer(
-        self, key: str, default: int, *, minimum: int | None = None, maximum: int | None = None
-    ) -> int: ...
+    def integer(self, key: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int: ...
     @overload
     def integer(
         self,
@@ -233,12 +229,8 @@ class Settings:
     @overload
     def number(self, key: str, default: float, *, minimum: float | None = None) -> float: ...
     @overload
-    def number(
-        self, key: str, default: None = None, *, minimum: float | None = None
-    ) -> float | None: ...
-    def number(
-        self, key: str, default: float | None = None, *, minimum: float | None = None
-    ) -> float | None:
+    def number(self, key: str, default: None = None, *, minimum: float | None = None) -> float | None: ...
+    def number(self, key: str, default: float | None = None, *, minimum: float | None = None) -> float | None:
         """A finite number (whole or decimal), optionally at least ``minimum``."""
         node = self._get(key, False)
         if node is None:
@@ -258,9 +250,7 @@ class Settings:
             return default
         return number
 
-    def _in_range(
-        self, key: str, value: float, minimum: float | None, maximum: float | None
-    ) -> bool:
+    def _in_range(self, key: str, value: float, minimum: float | None, maximum: float | None) -> bool:
         if minimum is not None and value < minimum:
             self.error(key, f"must be at least {minimum:g}, got {value:g}")
             return False
@@ -272,12 +262,8 @@ class Settings:
     @overload
     def duration(self, key: str, default: float, *, required: bool = False) -> float: ...
     @overload
-    def duration(
-        self, key: str, default: None = None, *, required: bool = False
-    ) -> float | None: ...
-    def duration(
-        self, key: str, default: float | None = None, *, required: bool = False
-    ) -> float | None:
+    def duration(self, key: str, default: None = None, *, required: bool = False) -> float | None: ...
+    def duration(self, key: str, default: float | None = None, *, required: bool = False) -> float | None:
         """Seconds, from ``30``, ``"30s"``, ``"500ms"``, ``"1.5s"``, ``"2m"`` or ``"1h"``."""
         node = self._get(key, required)
         if node is None:
@@ -289,9 +275,7 @@ class Settings:
         try:
             seconds = parse_duration(value)
         except (ValueError, OverflowError) as exc:
-            self.error(
-                key, str(exc) if not isinstance(exc, OverflowError) else "the duration is too long"
-            )
+            self.error(key, str(exc) if not isinstance(exc, OverflowError) else "the duration is too long")
             return default
         if not math.isfinite(seconds):
             self.error(key, f"the duration is too long: {node.describe()}")
@@ -305,9 +289,7 @@ class Settings:
             return default
         value = node.value
         if isinstance(value, bool) or not isinstance(value, int | str):
-            self.error(
-                key, f"expected a signal name such as TERM or a number, got {node.describe()}"
-            )
+            self.error(key, f"expected a signal name such as TERM or a number, got {node.describe()}")
             return default
         try:
             return parse_signal(value)
@@ -366,9 +348,7 @@ class Settings:
                 return None
             argv = items
         else:
-            self.error(
-                key, f"expected a command (a list of strings, or a string), got {node.describe()}"
-            )
+            self.error(key, f"expected a command (a list of strings, or a string), got {node.describe()}")
             return None
         if not argv or not argv[0]:
             self.error(key, "the command is empty")
@@ -391,9 +371,7 @@ class Settings:
             if item.bad:
                 continue
             if item.value is None or not item.is_scalar:
-                what = (
-                    "null (write '' for an empty string)" if item.value is None else item.describe()
-                )
+                what = "null (write '' for an empty string)" if item.value is None else item.describe()
                 self.problems.append(
                     Problem(
                         item.position,
@@ -430,9 +408,7 @@ class Settings:
             if item.bad:
                 continue
             if not isinstance(item.value, dict):
-                self.problems.append(
-                    Problem(item.position, f"{path}: expected a mapping, got {item.describe()}")
-                )
+                self.problems.append(Problem(item.position, f"{path}: expected a mapping, got {item.describe()}"))
                 continue
             result.append(Settings(item, path=path, problems=self.problems, reserved=()))
         return result
@@ -444,12 +420,6 @@ def _node_from_python(value: object, position: Position) -> Node:
     if isinstance(value, list | tuple):
         return Node([_node_from_python(v, position) for v in value], position)
     if value is None or isinstance(value, bool | int | float | str):
-        text = (
-            value
-            if isinstance(value, str)
-            else str(value).lower()
-            if isinstance(value, bool)
-            else str(value)
-        )
+        text = value if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
         return Node(value, position, text="" if value is None else text)
     raise TypeError(f"Settings.from_mapping: unsupported value {value!r}")

@@ -39,9 +39,7 @@ def parse_file(path: str, environ: Mapping[str, str]) -> tuple[Node | None, list
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return None, [Problem(None, f"{path}: cannot read the configuration: {reason}")]
     if len(data) > _MAX_SIZE:
-        message = (
-            f"{path}: the configuration is larger than {_MAX_SIZE >> 20} MiB; is it the right file?"
-        )
+        message = f"{path}: the configuration is larger than {_MAX_SIZE >> 20} MiB; is it the right file?"
         return None, [Problem(None, message)]
     try:
         text = _decode(data)
@@ -54,9 +52,7 @@ def parse_file(path: str, environ: Mapping[str, str]) -> tuple[Node | None, list
     return parse_text(text, path, environ)
 
 
-def parse_text(
-    text: str, file: str, environ: Mapping[str, str]
-) -> tuple[Node | None, list[Problem]]:
+def parse_text(text: str, file: str, environ: Mapping[str, str]) -> tuple[Node | None, list[Problem]]:
     """Parse YAML text; ``file`` names it in positions."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -70,9 +66,7 @@ def parse_text(
     except yaml.YAMLError as exc:  # no position known (not raised by PyYAML 6 for text input)
         return None, [Problem(Position(file, 1, 1), f"invalid YAML: {exc}")]
     except RecursionError:
-        return None, [
-            Problem(Position(file, 1, 1), "invalid YAML: the document is nested too deeply")
-        ]
+        return None, [Problem(Position(file, 1, 1), "invalid YAML: the document is nested too deeply")]
     if root is None:
         return None, []
     converter = _Converter(file, environ)
@@ -144,9 +138,7 @@ class _Converter:
             return done
         position = _position(self.file, node)
         if id(node) in self._active:
-            return self._bad(
-                position, "an alias refers to a node that contains it (recursive structure)"
-            )
+            return self._bad(position, "an alias refers to a node that contains it (recursive structure)")
         self._active.add(id(node))
         try:
             if isinstance(node, yaml.ScalarNode):
@@ -232,9 +224,7 @@ class _Converter:
             merged_keys.pop(key, None)
         return Node({**merged, **values}, position, keys={**merged_keys, **keys})
 
-    def _merge(
-        self, value_node: yaml.Node, merged: dict[str, Node], keys: dict[str, Position]
-    ) -> None:
+    def _merge(self, value_node: yaml.Node, merged: dict[str, Node], keys: dict[str, Position]) -> None:
         sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
         for source in sources:
             converted = self.convert(source)

@@ -10,6 +10,7 @@ import pytest
 
 from supervisor.config import Config, ConfigError, load_config
 
+# The fixtures' types; the test modules repeat them (they do not import conftest).
 WriteFile = Callable[[str], str]
 Load = Callable[..., Config]
 Problems = Callable[..., list[str]]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from supervisor.config import ConfigError, load_config
 
-from .conftest import Problems, WriteFile
+Problems = Callable[..., list[str]]  # the `problems` fixture
+WriteFile = Callable[[str], str]  # the `write` fixture
+
 
 # (YAML, "LINE:COLUMN", fragment of the message).  Each file has exactly one
 # problem, so that a checker reporting a follow-on problem fails too.
@@ -42,13 +45,17 @@ MALFORMED = {
             stop_signal: SIGFOO
         """,
         "6:18",
-        "processes[1].stop_signal: unknown signal 'SIGFOO': "
-        "use a name such as TERM or SIGUSR1, or a number",
+        "processes[1].stop_signal: unknown signal 'SIGFOO': use a name such as TERM or SIGUSR1, or a number",
     ),
     "signal number out of range": (
         "processes: [{name: a, command: x, stop_signal: 64}]",
         "1:48",
         "processes[0].stop_signal: invalid signal number 64",
+    ),
+    "SIGSTOP as stop signal": (
+        "processes: [{name: a, command: x, stop_signal: STOP}]",
+        "1:48",
+        "processes[0].stop_signal: SIGSTOP pauses a process instead of stopping it",
     ),
     "bad duration": (
         "grace_period: 30 seconds",
@@ -207,8 +214,7 @@ MALFORMED = {
             env: {LEVEL: "${LOG_LEVEL}"}
         """,
         "4:18",
-        "processes[0].env.LEVEL: environment variable LOG_LEVEL is not set "
-        "and ${LOG_LEVEL} has no default",
+        "processes[0].env.LEVEL: environment variable LOG_LEVEL is not set and ${LOG_LEVEL} has no default",
     ),
     "required variable with a message": (
         """
@@ -362,8 +368,7 @@ MALFORMED = {
             capabilities: {keep: [NET_BIND_SERVIC]}
         """,
         "4:26",
-        "processes[0].capabilities.keep: "
-        "unknown capability 'NET_BIND_SERVIC' (did you mean NET_BIND_SERVICE?)",
+        "processes[0].capabilities.keep: unknown capability 'NET_BIND_SERVIC' (did you mean NET_BIND_SERVICE?)",
     ),
     "log format": (
         "log: {format: xml}",
@@ -478,8 +483,7 @@ MALFORMED = {
            command: x
         """,
         "3:4",
-        "invalid YAML: expected <block end>, but found '<block mapping start>' "
-        "(while parsing a block collection)",
+        "invalid YAML: expected <block end>, but found '<block mapping start>' (while parsing a block collection)",
     ),
     "invalid YAML: unclosed flow": (
         "processes: [{name: a, command: x}\n",
@@ -512,8 +516,7 @@ MALFORMED = {
     "top level is a list": (
         "- name: a\n  command: x\n",
         "1:1",
-        "the top level must be a mapping with keys such as processes: and grace_period:, "
-        "got a list",
+        "the top level must be a mapping with keys such as processes: and grace_period:, got a list",
     ),
     "top level is a string": (
         "just some text\n",
@@ -572,9 +575,7 @@ def test_a_bad_process_does_not_cause_follow_on_problems(problems: Problems) -> 
 def test_missing_file() -> None:
     with pytest.raises(ConfigError) as caught:
         load_config("/nonexistent/deploy.yaml", {})
-    assert str(caught.value) == (
-        "/nonexistent/deploy.yaml: cannot read the configuration: No such file or directory"
-    )
+    assert str(caught.value) == ("/nonexistent/deploy.yaml: cannot read the configuration: No such file or directory")
 
 
 def test_nul_in_the_path() -> None:
@@ -586,9 +587,7 @@ def test_nul_in_the_path() -> None:
 def test_endless_file_is_refused() -> None:
     with pytest.raises(ConfigError) as caught:
         load_config("/dev/zero", {})
-    assert str(caught.value) == (
-        "/dev/zero: the configuration is larger than 16 MiB; is it the right file?"
-    )
+    assert str(caught.value) == ("/dev/zero: the configuration is larger than 16 MiB; is it the right file?")
 
 
 def test_directory_instead_of_a_file(tmp_path: Path) -> None:
@@ -616,9 +615,7 @@ def test_invalid_utf8_points_at_the_byte(tmp_path: Path) -> None:
     path.write_bytes("processes:\n  - name: café\n".encode("latin-1"))
     with pytest.raises(ConfigError) as caught:
         load_config(str(path), {})
-    assert str(caught.value) == (
-        f"{path}:2:14: the file is not valid UTF-8 text (byte 0xe9); save it as UTF-8"
-    )
+    assert str(caught.value) == (f"{path}:2:14: the file is not valid UTF-8 text (byte 0xe9); save it as UTF-8")
 
 
 def test_deep_nesting_is_a_config_error(write: WriteFile) -> None:

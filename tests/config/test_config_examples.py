@@ -16,7 +16,7 @@ import pytest
 
 from supervisor.config import ProcessSpec, ReadyCheck, load_config, start_levels, stop_levels
 
-from .test_config_render import EXAMPLES
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _free_port() -> int:
@@ -76,9 +76,7 @@ def started(
             for spec in level:
                 if spec.ready is not None:
                     ready = spec.ready
-                    _wait_until(
-                        lambda ready=ready: _is_ready(ready), ready.timeout, f"{spec.name} ready"
-                    )
+                    _wait_until(lambda ready=ready: _is_ready(ready), ready.timeout, f"{spec.name} ready")
         yield running
     finally:
         for _, process, _ in running.values():
@@ -93,9 +91,7 @@ def test_webapp_processes_work_and_stop_cleanly(
     _, _, worker_log = started["worker"]
     _wait_until(lambda: b"job 1: indexed" in worker_log.read_bytes(), 10, "the worker's first job")
     metrics_spec, _, _ = started["metrics"]
-    with urllib.request.urlopen(
-        f"http://127.0.0.1:{metrics_spec.env['METRICS_PORT']}/metrics", timeout=5
-    ) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_spec.env['METRICS_PORT']}/metrics", timeout=5) as response:
         assert b"webapp_up 1\n" in response.read()
 
     config_order = stop_levels(load_config(str(EXAMPLES / "webapp.yaml"), {}))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ from supervisor.config import (
     load_config,
 )
 
-from .conftest import Load, WriteFile
+Load = Callable[..., Config]  # the `load` fixture
+WriteFile = Callable[[str], str]  # the `write` fixture
 
 FULL = """
 grace_period: 45s
@@ -59,9 +61,7 @@ def test_every_key_is_resolved(load: Load) -> None:
     assert libvirtd == ProcessSpec(
         name="libvirtd",
         command=("libvirtd", "--listen"),
-        ready=ReadyCheck(
-            kind="socket", target="/run/libvirt/libvirt-sock", timeout=120.0, interval=0.25
-        ),
+        ready=ReadyCheck(kind="socket", target="/run/libvirt/libvirt-sock", timeout=120.0, interval=0.25),
         position=libvirtd.position,
     )
     assert controller.command == ("/manager", "--leader-elect", "--metrics-bind-address", ":8080")
@@ -159,16 +159,12 @@ def test_ready_checks(load: Load, ready: str, expected: ReadyCheck) -> None:
     ],
 )
 def test_durations(load: Load, value: str, seconds: float) -> None:
-    config = load(
-        f"grace_period: {value}\nprocesses: [{{name: a, command: x, stop_timeout: {value}}}]"
-    )
+    config = load(f"grace_period: {value}\nprocesses: [{{name: a, command: x, stop_timeout: {value}}}]")
     assert config.grace_period == seconds
     assert config.processes[0].stop_timeout == seconds
 
 
-@pytest.mark.parametrize(
-    ("value", "number"), [("TERM", 15), ("SIGTERM", 15), ("sigusr1", 10), ("9", 9), ("2", 2)]
-)
+@pytest.mark.parametrize(("value", "number"), [("TERM", 15), ("SIGTERM", 15), ("sigusr1", 10), ("9", 9), ("2", 2)])
 def test_signals(load: Load, value: str, number: int) -> None:
     config = load(f"processes: [{{name: a, command: x, stop_signal: {value}}}]")
     assert config.processes[0].stop_signal == number
@@ -262,9 +258,7 @@ def test_anchors_aliases_and_merge_keys(load: Load) -> None:
     assert dict(b.env) == dict(c.env) == {"A": "1"}
 
 
-def test_environment_defaults_to_the_process_environment(
-    write: WriteFile, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_environment_defaults_to_the_process_environment(write: WriteFile, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SUPERVISOR_TEST_CMD", "from-env")
     config = load_config(write("processes: [{name: a, command: '${SUPERVISOR_TEST_CMD}'}]"))
     assert config.processes[0].command == ("from-env",)

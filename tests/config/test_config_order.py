@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from supervisor.config import Config, ProcessSpec, budget_problems, start_levels, stop_levels
 from supervisor.config._order import find_cycles
 
-from .conftest import Load
+Load = Callable[..., Config]  # the `load` fixture
 
 
 def names(levels: list[list[ProcessSpec]]) -> list[list[str]]:
@@ -44,9 +46,7 @@ def test_no_processes_no_levels() -> None:
 
 def test_long_chain_does_not_hit_the_recursion_limit() -> None:
     processes = [ProcessSpec(name="p0", command=("x",))]
-    processes += [
-        ProcessSpec(name=f"p{i}", command=("x",), depends_on=(f"p{i - 1}",)) for i in range(1, 3000)
-    ]
+    processes += [ProcessSpec(name=f"p{i}", command=("x",), depends_on=(f"p{i - 1}",)) for i in range(1, 3000)]
     for order in (processes, processes[::-1]):
         levels = start_levels(Config(processes=tuple(order)))
         assert len(levels) == 3000 and levels[-1][0].name == "p2999"

@@ -158,9 +158,7 @@ def test_arbitrary_top_level_value(folder: Path, key: str, value: object) -> Non
 @given(st.sampled_from(PROCESS_KEYS), VALUES, st.booleans())
 def test_arbitrary_process_value(folder: Path, key: str, value: object, second: bool) -> None:
     process = {"name": "a", "command": ["x"], key: value}
-    processes = (
-        [process, {"name": "b", "command": "y", "depends_on": ["a"]}] if second else [process]
-    )
+    processes = [process, {"name": "b", "command": "y", "depends_on": ["a"]}] if second else [process]
     _load_bytes(folder, _dump({"processes": processes}))
 
 
@@ -171,9 +169,7 @@ def test_arbitrary_process_value(folder: Path, key: str, value: object, second: 
 )
 def test_arbitrary_nested_value(folder: Path, where: tuple[str, str], value: object) -> None:
     section, key = where
-    _load_bytes(
-        folder, _dump({"processes": [{"name": "a", "command": "x", section: {key: value}}]})
-    )
+    _load_bytes(folder, _dump({"processes": [{"name": "a", "command": "x", section: {key: value}}]}))
 
 
 @settings(max_examples=200, **FAST)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from supervisor.config import Config, ProcessSpec, ReadyCheck, load_config, render_plan
 
-from .conftest import Load
+Load = Callable[..., Config]  # the `load` fixture
+
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -91,9 +93,7 @@ def test_webapp_plan_without_hooks() -> None:
 
 
 def test_webapp_ports_follow_the_environment() -> None:
-    config = load_config(
-        str(EXAMPLES / "webapp.yaml"), {"WEBAPP_PORT": "18080", "METRICS_PORT": "19100"}
-    )
+    config = load_config(str(EXAMPLES / "webapp.yaml"), {"WEBAPP_PORT": "18080", "METRICS_PORT": "19100"})
     plan = render_plan(config, {})
     assert "GET http://127.0.0.1:18080/ answers 2xx" in plan
     assert "127.0.0.1:19100 accepts connections" in plan
@@ -123,8 +123,7 @@ def test_plan_shows_overruns_and_every_ready_kind(load: Load) -> None:
     assert "  1. stop d                  SIGQUIT, until the deadline           [0s – 10s]" in plan
     assert "  3. stop b                  SIGTERM, up to 6s                     [0s – 6s]" in plan
     assert (
-        "  4. stop a                  SIGTERM, up to 8s                     [6s – 14s]"
-        "  exceeds the grace period"
+        "  4. stop a                  SIGTERM, up to 8s                     [6s – 14s]  exceeds the grace period"
     ) in plan
     assert "Stop timeouts claim 14s, 4s more than the grace period." in plan
 
@@ -139,9 +138,7 @@ def test_plan_for_a_hand_made_config() -> None:
     config = Config(
         processes=(
             ProcessSpec(name="db", command=("x",), ready=ReadyCheck("tcp", "127.0.0.1:5432")),
-            ProcessSpec(
-                name="app", command=("y",), depends_on=("db",), main=True, stop_timeout=0.5
-            ),
+            ProcessSpec(name="app", command=("y",), depends_on=("db",), main=True, stop_timeout=0.5),
         ),
         grace_period=2.0,
     )

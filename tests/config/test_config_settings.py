@@ -9,8 +9,7 @@ import pytest
 
 from supervisor.config import Position, Settings, load_config
 
-from .conftest import WriteFile
-
+WriteFile = Callable[[str], str]  # the `write` fixture
 Section = Callable[[str], Settings]
 
 
@@ -27,11 +26,7 @@ def section(write: WriteFile) -> Section:
 
 
 def messages(settings: Settings) -> list[str]:
-    return [
-        f"{p.position.line}:{p.position.column}: {p.message}"
-        for p in settings.problems
-        if p.position
-    ]
+    return [f"{p.position.line}:{p.position.column}: {p.message}" for p in settings.problems if p.position]
 
 
 def test_valid_values_are_read(section: Section) -> None:
@@ -169,6 +164,7 @@ def test_required_keys(section: Section) -> None:
 def test_wrong_values_are_recorded_with_their_position(
     section: Section, call: Callable[[Settings], object], value: str, message: str
 ) -> None:
+
     s = section(f"other: 1\nk: {value}")
     call(s)
     assert len(s.problems) == 1
@@ -190,8 +186,7 @@ def test_check_keys_suggests_and_allows_hook_timeout(section: Section) -> None:
     s.check_keys(["propagation_delay", "endpoint"])
     assert messages(s) == [
         "3:5: unknown key 'propagation_dely' in plugins.p (did you mean 'propagation_delay'?)",
-        "5:5: unknown key 'completely_else' in plugins.p "
-        "(expected one of: endpoint, hook_timeout, propagation_delay)",
+        "5:5: unknown key 'completely_else' in plugins.p (expected one of: endpoint, hook_timeout, propagation_delay)",
     ]
 
 

@@ -120,10 +120,10 @@ async def test_commands_of_a_phase_run_concurrently(tmp_path: Path) -> None:
     start = trio.current_time()
     results, _, _ = await _run(
         tmp_path,
-        "".join(f"      - {{phase: pre_stop, name: s{i}, command: sleep 1}}\n" for i in range(3)),
+        "".join(f"      - {{phase: pre_stop, name: s{i}, command: sleep 1}}\n" for i in range(4)),
     )
-    assert [r.outcome for r in results] == ["ok", "ok", "ok"]
-    assert trio.current_time() - start < 2.5  # three in a row would take 3 s
+    assert [r.outcome for r in results] == ["ok"] * 4
+    assert trio.current_time() - start < 3  # one after another would take 4 s
 
 
 async def test_timeout_terminates_the_command(tmp_path: Path) -> None:
@@ -334,3 +334,22 @@ def test_commands_are_required(tmp_path: Path) -> None:
 def test_registered_as_an_entry_point() -> None:
     (entry,) = [ep for ep in importlib.metadata.entry_points(group="supervisor.plugins") if ep.name == "exec"]
     assert entry.load() is supervisor_exec
+
+
+async def test_cancelled_by_the_main_process_exit(tmp_path: Path, leftovers: list[int]) -> None:
+    # The host cancels pre_stop hooks when the main process exits: nothing
+    # is left to drain.  The command is stopped and the log says why.
+    settings, config = configure(
+        supervisor_exec, tmp_path, _config("      - {phase: pre_stop, name: drain, command: sleep 30}\n"), "exec"
+    )
+    ctx = make_context("exec", settings, config)
+    with LogRecords.capture("exec") as logs:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(supervisor_exec.run_phase, ctx, "pre_stop", Deadline(30))
+            await trio.sleep(0.3)
+            ctx.main_exited.set()
+            nursery.cancel_scope.cancel()
+    pid = int(re.search(r"pid (\d+)", logs.messages[0]).group(1))  # type: ignore[union-attr]
+    leftovers.append(pid)
+    assert "drain: cancelled by the main process's exit; stopping it" in logs.at(logging.WARNING)
+    assert not pid_alive(pid)

@@ -130,12 +130,22 @@ class Runner:
             grace = command.kill_after
             if self.deadline is not None:
                 grace = min(grace, self.deadline.remaining() / 2)
-            log.warning("%s: cancelled by the shutdown deadline; stopping it", command.name)
+            reason = why_cancelled(self.ctx, self.deadline)
+            log.warning("%s: cancelled by %s; stopping it", command.name, reason)
             await _stop(proc, grace, command.name, log)
             raise
         how = await _stop(proc, command.kill_after, command.name, log)
         log.warning("%s: timed out after %.1fs; %s", command.name, command.timeout, how)
         return None, how
+
+
+def why_cancelled(ctx: Context, deadline: Deadline | None) -> str:
+    """For the log: what most likely cut a step short."""
+    if ctx.main_exited.is_set():
+        return "the main process's exit"
+    if deadline is not None and deadline.remaining_for_hooks() <= 0:
+        return "the shutdown deadline"
+    return "the plugin's hook_timeout or the shutdown"
 
 
 async def _stop(proc: trio.Process, grace: float, name: str, log: logging.Logger) -> str:

@@ -77,9 +77,7 @@ async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
 
 
 @hookimpl
-async def supervisor_before_process_stop(
-    ctx: Context, deadline: Deadline, process: ProcessInfo
-) -> None:
+async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> None:
     await run_phase(ctx, "before_process_stop", deadline, process)
 
 
@@ -109,7 +107,7 @@ async def run_phase(
     results: list[Result | None] = [None] * len(requests)
 
     async def run_one(index: int, request: Request) -> None:
-        results[index] = await perform(request, ctx)
+        results[index] = await perform(request, ctx, deadline)
 
     async def run_all() -> None:
         async with trio.open_nursery() as nursery:

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from supervisor import Context
+from supervisor import Context, Deadline
 
 from ._spec import Request
 
@@ -39,16 +39,17 @@ class Result:
     status: int | None = None
 
 
-async def perform(request: Request, ctx: Context) -> Result:
+async def perform(request: Request, ctx: Context, deadline: Deadline | None) -> Result:
     """Make ``request`` until it succeeds or its timeout ends; record it in the timeline."""
     with ctx.timeline.step(request.phase, request.name, plugin=ctx.plugin) as step:
-        result = await _retry(request, ctx.log)
+        result = await _retry(request, ctx, deadline)
         step.outcome = result.outcome
         step.detail = result.detail
     return result
 
 
-async def _retry(request: Request, log: logging.Logger) -> Result:
+async def _retry(request: Request, ctx: Context, deadline: Deadline | None) -> Result:
+    log = ctx.log
     started = trio.current_time()
     attempts = 0
     last = "not attempted"
@@ -59,9 +60,7 @@ async def _retry(request: Request, log: logging.Logger) -> Result:
                 status, last = await _attempt(request)
                 elapsed = trio.current_time() - started
                 if status is not None and status in request.expect:
-                    log.info(
-                        "%s: %s after %d attempt(s) in %.1fs", request.name, last, attempts, elapsed
-                    )
+                    log.info("%s: %s after %d attempt(s) in %.1fs", request.name, last, attempts, elapsed)
                     return Result("ok", f"status {status}", attempts, status)
                 # The first failure says why we wait; the rest would only
                 # repeat it every retry_interval.
@@ -76,26 +75,32 @@ async def _retry(request: Request, log: logging.Logger) -> Result:
                 await trio.sleep(request.retry_interval)
     except trio.Cancelled:
         log.warning(
-            "%s: cancelled by the shutdown deadline after %d attempt(s); last: %s",
+            "%s: cancelled by %s after %d attempt(s); last: %s",
             request.name,
+            why_cancelled(ctx, deadline),
             attempts,
             last,
         )
         raise
     elapsed = trio.current_time() - started
-    log.warning(
-        "%s: gave up after %d attempt(s) in %.1fs; last: %s", request.name, attempts, elapsed, last
-    )
+    log.warning("%s: gave up after %d attempt(s) in %.1fs; last: %s", request.name, attempts, elapsed, last)
     return Result("timeout", f"{attempts} attempts, last: {last}", attempts)
+
+
+def why_cancelled(ctx: Context, deadline: Deadline | None) -> str:
+    """For the log: what most likely cut a step short."""
+    if ctx.main_exited.is_set():
+        return "the main process's exit"
+    if deadline is not None and deadline.remaining_for_hooks() <= 0:
+        return "the shutdown deadline"
+    return "the plugin's hook_timeout or the shutdown"
 
 
 async def _attempt(request: Request) -> tuple[int | None, str]:
     """One try: the status (None if there was no response) and a description."""
     try:
         with trio.fail_after(request.attempt_timeout):
-            status, snippet = await trio.to_thread.run_sync(
-                partial(_blocking_request, request), abandon_on_cancel=True
-            )
+            status, snippet = await trio.to_thread.run_sync(partial(_blocking_request, request), abandon_on_cancel=True)
     except trio.TooSlowError:
         return None, f"no response within {request.attempt_timeout:.1f}s"
     except (OSError, http.client.HTTPException) as exc:
@@ -109,9 +114,7 @@ def _blocking_request(request: Request) -> tuple[int, str]:
     connection: http.client.HTTPConnection
     if parts.scheme == "https":
         context = _tls_context(request.tls_verify)
-        connection = http.client.HTTPSConnection(
-            host, parts.port, timeout=request.attempt_timeout, context=context
-        )
+        connection = http.client.HTTPSConnection(host, parts.port, timeout=request.attempt_timeout, context=context)
     else:
         connection = http.client.HTTPConnection(host, parts.port, timeout=request.attempt_timeout)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")

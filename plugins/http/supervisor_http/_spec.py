@@ -52,9 +52,7 @@ class Expect:
         return any(low <= status <= high for low, high in self.ranges)
 
     def __str__(self) -> str:
-        return ", ".join(
-            f"{low // 100}xx" if high - low == 99 else str(low) for low, high in self.ranges
-        )
+        return ", ".join(f"{low // 100}xx" if high - low == 99 else str(low) for low, high in self.ranges)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,16 +138,13 @@ def _parse_process(entry: Settings, phase: str | None, known: list[str]) -> str 
     process = entry.string("process")
     if phase in PROCESS_PHASES:
         if process is None:
-            entry.error(
-                None, f"missing required key 'process' ({phase} requests belong to a process)"
-            )
+            entry.error(None, f"missing required key 'process' ({phase} requests belong to a process)")
         elif process not in known:
             entry.error("process", f"unknown process {process!r}{_among(known)}")
     elif process is not None and phase is not None:
         entry.error(
             "process",
-            f"only before_process_stop and after_process_stop "
-            f"requests belong to a process, not {phase}",
+            f"only before_process_stop and after_process_stop requests belong to a process, not {phase}",
         )
     return process
 

@@ -7,6 +7,7 @@ stop step, and the hooks that run in each phase.
 from __future__ import annotations
 
 import shlex
+import urllib.parse
 from collections.abc import Mapping, Sequence
 
 from .._units import format_duration, signal_name
@@ -91,7 +92,10 @@ def _start_text(process: ProcessSpec, *, needed: bool) -> str:
 
 
 def describe_ready(check: ReadyCheck) -> str:
-    """``ready when socket /run/x.sock exists (within 60s)`` and the like."""
+    """``ready when socket /run/x.sock accepts connections (within 60s)`` and the like.
+
+    The words match what ``supervisor.runtime.readiness`` probes.
+    """
     target = check.target
     if check.kind == "after":
         assert isinstance(target, float)
@@ -100,14 +104,27 @@ def describe_ready(check: ReadyCheck) -> str:
         assert isinstance(target, tuple)
         what = f"`{shlex.join(target)}` exits 0"
     elif check.kind == "socket":
-        what = f"socket {target} exists"
+        what = f"socket {target} accepts connections"
     elif check.kind == "file":
         what = f"file {target} exists"
     elif check.kind == "tcp":
         what = f"{target} accepts connections"
     else:
-        what = f"GET {target} answers 2xx"
+        assert isinstance(target, str)
+        what = f"GET {_redacted(target)} answers 2xx/3xx"
     return f"ready when {what} (within {format_duration(check.timeout)})"
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password: plans end up in CI logs and tickets."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        if parts.password is None:
+            return url
+    except ValueError:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]:

@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from supervisor.config import Config, ProcessSpec, ReadyCheck, load_config, render_plan
+from supervisor.config import (
+    Config,
+    ProcessSpec,
+    ReadyCheck,
+    budget_problems,
+    load_config,
+    render_plan,
+)
+from supervisor.config._load import TOP_LEVEL_KEYS
+from supervisor.config._process import PROCESS_KEYS
+from supervisor.config._ready import READY_KINDS
 
 Load = Callable[..., Config]  # the `load` fixture
 
@@ -31,7 +41,7 @@ Configuration {path} is valid.
 
 Start order
   startup hooks              http
-  1. web (main)              ready when GET http://127.0.0.1:8080/ answers 2xx (within 10s)
+  1. web (main)              ready when GET http://127.0.0.1:8080/ answers 2xx/3xx (within 10s)
   2. worker                  after web; restart on-failure (at most 5 in 60s)
   2. metrics                 after web; ready when 127.0.0.1:9100 accepts connections (within 60s)
   background hooks           kubernetes
@@ -57,7 +67,7 @@ WEBAPP_PLAN_NO_HOOKS = """\
 Configuration {path} is valid.
 
 Start order
-  1. web (main)              ready when GET http://127.0.0.1:8080/ answers 2xx (within 10s)
+  1. web (main)              ready when GET http://127.0.0.1:8080/ answers 2xx/3xx (within 10s)
   2. worker                  after web; restart on-failure (at most 5 in 60s)
   2. metrics                 after web; ready when 127.0.0.1:9100 accepts connections (within 60s)
 
@@ -95,8 +105,21 @@ def test_webapp_plan_without_hooks() -> None:
 def test_webapp_ports_follow_the_environment() -> None:
     config = load_config(str(EXAMPLES / "webapp.yaml"), {"WEBAPP_PORT": "18080", "METRICS_PORT": "19100"})
     plan = render_plan(config, {})
-    assert "GET http://127.0.0.1:18080/ answers 2xx" in plan
+    assert "GET http://127.0.0.1:18080/ answers 2xx/3xx" in plan
     assert "127.0.0.1:19100 accepts connections" in plan
+
+
+def test_reference_documents_every_key_and_is_valid() -> None:
+    path = EXAMPLES / "reference.yaml"
+    config = load_config(str(path), {})
+    assert budget_problems(config) == []
+    text = path.read_text()
+    keys = {*TOP_LEVEL_KEYS, *PROCESS_KEYS, *READY_KINDS, "timeout", "interval", "format", "level"}
+    keys |= {"initial", "max", "max_restarts", "window", "drop", "keep", "hook_timeout"}
+    for key in sorted(keys):
+        assert f"{key}:" in text, f"reference.yaml does not mention {key}"
+    (_, controller) = config.processes
+    assert controller.main and controller.capabilities is not None
 
 
 def test_minimal_plan() -> None:
@@ -119,13 +142,20 @@ def test_plan_shows_overruns_and_every_ready_kind(load: Load) -> None:
     assert "ready when `pg_isready -h 'db host'` exits 0 (within 60s)" in plan
     assert "after a; ready 1.5s after start" in plan
     assert "after b; ready when file /tmp/ok exists (within 2m)" in plan
-    assert "after c; ready when socket /run/s exists (within 60s)" in plan
+    assert "after c; ready when socket /run/s accepts connections (within 60s)" in plan
     assert "  1. stop d                  SIGQUIT, until the deadline           [0s – 10s]" in plan
     assert "  3. stop b                  SIGTERM, up to 6s                     [0s – 6s]" in plan
     assert (
         "  4. stop a                  SIGTERM, up to 8s                     [6s – 14s]  exceeds the grace period"
     ) in plan
     assert "Stop timeouts claim 14s, 4s more than the grace period." in plan
+
+
+def test_plan_hides_passwords_in_urls(load: Load) -> None:
+    config = load("processes: [{name: a, command: x, ready: {http: 'https://u:s3cret@h:8443/ok'}}]")
+    plan = render_plan(config, {})
+    assert "ready when GET https://u:***@h:8443/ok answers 2xx/3xx (within 60s)" in plan
+    assert "s3cret" not in plan
 
 
 def test_plan_without_a_file_or_processes() -> None:

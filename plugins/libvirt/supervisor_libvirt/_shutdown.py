@@ -177,6 +177,9 @@ class DomainShutdown:
         self._hooks_end = hooks_end
         self._reserve = reserve
         self.presses = 0
+        # Set before the first request goes out: a transient domain can vanish
+        # (having obeyed it) before the request's call has even returned.
+        self.requested = False
         self.agent = domain.request.guest_agent or any(
             fnmatch.fnmatchcase(domain.name, p) for p in settings.guest_agent
         )
@@ -238,6 +241,7 @@ class DomainShutdown:
         name = self.domain.name
         flags = SHUTDOWN_ACPI_POWER_BTN | (SHUTDOWN_GUEST_AGENT if self.agent else 0)
         while True:
+            self.requested = True
             try:
                 await self.hv.call(ops.shutdown(self.domain.uuid, flags))
             except LibvirtFailure as exc:
@@ -275,7 +279,7 @@ class DomainShutdown:
                 state = await self.hv.call(ops.state(self.domain.uuid))
             except LibvirtFailure as exc:
                 if exc.code == NO_DOMAIN:
-                    return Result(GONE if self.presses == 0 else SHUT_DOWN, self._summary())
+                    return Result(SHUT_DOWN if self.requested else GONE, self._summary())
                 if not exc.connection_lost:
                     self.log.warning("%s: cannot read its state: %s", name, exc)
             else:

@@ -106,7 +106,9 @@ async def test_guests_in_parallel_take_about_as_long_as_one(guests: Guests, libv
     for name in names:
         guests.start(name, "slow")
     guests.wait_ready(*names)
-    results, elapsed = await shut_down(settings(libvirtd, shutdown_timeout=30.0, resend_interval=10.0))
+    # Polls every 10 s: the lifecycle events end the waits.
+    config = settings(libvirtd, shutdown_timeout=30.0, resend_interval=10.0, poll_interval=10.0)
+    results, elapsed = await shut_down(config)
     assert {r.outcome for r in results.values()} == {"shut down"}
     # Each takes 3 s after its press; one after another would be >= 9 s.
     assert 3.0 <= elapsed < 7.5

@@ -195,3 +195,40 @@ async def test_unreachable_libvirtd_is_reported_and_returns_in_time(
     assert step.outcome == "failed"
     assert "cannot list domains" in step.detail
     assert "cannot connect to" in caplog.text
+
+
+async def test_lifecycle_event_ends_the_wait_without_polling(testconn: Any) -> None:
+    # Polls every 30 s: only libvirt's STOPPED event can end the wait early.
+    td.start(testconn, "t-stubborn", stubborn=True)
+    config = settings(shutdown_timeout=20.0, resend_interval=30.0, poll_interval=30.0)
+
+    async def destroyed_by_someone_else() -> None:
+        await trio.sleep(0.5)
+        await trio.to_thread.run_sync(testconn.lookupByName("t-stubborn").destroy)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(destroyed_by_someone_else)
+        results, _, elapsed = await run(config, budget=30.0)
+    assert results["t-stubborn"].outcome == "shut down"
+    assert 0.5 <= elapsed < 3.0
+
+
+async def test_a_shortened_deadline_brings_the_destroy_forward(testconn: Any) -> None:
+    td.start(testconn, "t-stubborn", stubborn=True)
+    config = settings(shutdown_timeout=20.0, destroy_reserve=0.5, poll_interval=0.1)
+    timeline = Timeline()
+    log = logging.getLogger("supervisor.plugin.libvirt")
+    deadline = Deadline(30.0)
+
+    async def learn_the_real_deadline() -> None:
+        await trio.sleep(0.3)
+        deadline.shorten(1.5, "pod deletion deadline")
+
+    started = trio.current_time()
+    async with Hypervisor(config.uri, log) as hv, trio.open_nursery() as nursery:
+        nursery.start_soon(learn_the_real_deadline)
+        results = await shut_down_all(hv, config, deadline, timeline, phase="pre_stop", plugin="libvirt", log=log)
+    elapsed = trio.current_time() - started
+    assert results["t-stubborn"].outcome == "destroyed"
+    # 0.3 s + 1.5 s less the deadline's reserve and the destroy's share.
+    assert 0.8 <= elapsed < 1.8

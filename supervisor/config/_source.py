@@ -195,6 +195,11 @@ class _Converter:
         try:
             value = construct(yaml.ScalarNode(tag, text))
         except (ValueError, OverflowError, yaml.constructor.ConstructorError):
+            implicit = tag == self._loader.resolve(  # type: ignore[no-untyped-call]
+                yaml.ScalarNode, text, (True, False)
+            )
+            if implicit:  # only an int can fail so: more digits than Python converts
+                return self._bad(position, f"the number {text[:20]}... has too many digits")
             return self._bad(position, f"invalid value {text[:40]!r} for the tag {_short_tag(tag)}")
         return Node(value, position, text=text)
 

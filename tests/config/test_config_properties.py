@@ -109,21 +109,32 @@ HUGE = "9" * 5000  # past int's default str() limit of 4300 digits
 
 
 @pytest.mark.parametrize(
-    "document",
+    ("document", "message"),
     [
-        f"grace_period: {HUGE}",
-        f"processes: [{{name: a, command: x, stop_timeout: {HUGE}}}]",
-        f"processes: [{{name: a, command: x, stop_signal: {HUGE}}}]",
-        f"processes: [{{name: a, command: [x, {HUGE}], backoff: {{max_restarts: {HUGE}}}}}]",
-        f"processes: [{{name: a, command: x, user: {HUGE}, group: -{HUGE}}}]",
-        f"processes: [{{name: a, command: x, env: {{A: {HUGE}}}}}]",
-        f"{HUGE}: 1",
-        f"plugins: {{p: {{n: 0x{HUGE}}}}}",
-        "grace_period: 1e999999",
+        (f"grace_period: {HUGE}", ":1:15: grace_period: the number 99999"),
+        (
+            f"processes: [{{name: a, command: x, stop_signal: {HUGE}}}]",
+            ":1:48: processes[0].stop_signal: the number 99999",
+        ),
+        (f"processes: [{{name: a, command: [x, {HUGE}]}}]", ":1:36: processes[0].command[1]: the number"),
+        (
+            f"processes: [{{name: a, command: x, user: -{HUGE}}}]",
+            ":1:41: processes[0].user: the number -9999",
+        ),
+        (f"plugins: {{p: {{n: {HUGE}}}}}", ":1:18: plugins.p.n: the number 999"),
+        (f"{HUGE}: 1", ":1:5001: invalid YAML: mapping values are not allowed here"),
+        ("grace_period: 1.0e+999999", ":1:15: grace_period: a duration must be a finite number"),
+        ("grace_period: !!int 1e3", ":1:15: grace_period: invalid value '1e3' for the tag !!int"),
     ],
 )
-def test_huge_numbers(folder: Path, document: str) -> None:
-    _load_bytes(folder, document.encode())
+def test_huge_numbers(folder: Path, document: str, message: str) -> None:
+    path = folder / "huge.yaml"
+    path.write_text(document)
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(path), {})
+    assert len(caught.value.problems) == 1
+    assert message in str(caught.value)
+    path.unlink()
 
 
 YAML_TOKENS = st.sampled_from(

@@ -187,7 +187,7 @@ async def test_gives_up_at_its_timeout_and_says_why(tmp_path: Path, server: Serv
     assert 0.4 < trio.current_time() - start < 3
     (result,) = results
     assert result.outcome == "timeout"
-    assert result.attempts >= 3
+    assert result.attempts >= 2  # it retried
     assert result.detail.endswith(f"attempts, last: status 500: answer {result.attempts}")
     assert any(
         m.startswith(f"GET {server.url}/x: gave up after {result.attempts} attempt(s)")

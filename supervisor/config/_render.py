@@ -53,8 +53,9 @@ def _normalize(hooks: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     return phases
 
 
-def _row(label: str, text: str, window: str = "", *, indent: int = 2, width: int = _LABEL_WIDTH) -> str:
-    line = f"{' ' * indent}{label:<{width - indent + 2}} {text}"
+def _row(label: str, text: str, window: str = "", *, indent: int = 2) -> str:
+    """A label column, a text column and, if given, a time-window column."""
+    line = f"{' ' * indent}{label:<{_LABEL_WIDTH - indent + 2}} {text}"
     if window:
         line = f"{line:<66} {window}"
     return line.rstrip()
@@ -161,7 +162,7 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
     if not levels:
         lines.append("  (no processes to stop)")
     lines.append(_row("post_stop", ", ".join(phases.get("post_stop", [])) or "-"))
-    lines.append(_summary(offset, grace, reserve, draining))
+    lines.append(_summary(offset, grace, draining))
     return lines
 
 
@@ -185,7 +186,7 @@ def _stop_text(process: ProcessSpec) -> str:
     return f"{how}, up to {format_duration(process.stop_timeout)}"
 
 
-def _summary(claimed: float, grace: float, reserve: float, draining: bool) -> str:
+def _summary(claimed: float, grace: float, draining: bool) -> str:
     if not claimed:
         return "  Stop timeouts claim nothing: each stop may use whatever is left of the grace period."
     left = grace - claimed

@@ -60,17 +60,17 @@ async def _retry(request: Request, ctx: Context, deadline: Deadline | None) -> R
                 status, last = await _attempt(request)
                 elapsed = trio.current_time() - started
                 if status is not None and status in request.expect:
-                    log.info("%s: %s after %d attempt(s) in %.1fs", request.name, last, attempts, elapsed)
+                    log.info("%s: %s after %d attempt(s) in %s", request.name, last, attempts, _duration(elapsed))
                     return Result("ok", f"status {status}", attempts, status)
                 # The first failure says why we wait; the rest would only
                 # repeat it every retry_interval.
                 log.log(
                     logging.INFO if attempts == 1 else logging.DEBUG,
-                    "%s: %s (expected %s); retrying every %.1fs",
+                    "%s: %s (expected %s); retrying every %s",
                     request.name,
                     last,
                     request.expect,
-                    request.retry_interval,
+                    _duration(request.retry_interval),
                 )
                 await trio.sleep(request.retry_interval)
     except trio.Cancelled:
@@ -83,7 +83,7 @@ async def _retry(request: Request, ctx: Context, deadline: Deadline | None) -> R
         )
         raise
     elapsed = trio.current_time() - started
-    log.warning("%s: gave up after %d attempt(s) in %.1fs; last: %s", request.name, attempts, elapsed, last)
+    log.warning("%s: gave up after %d attempt(s) in %s; last: %s", request.name, attempts, _duration(elapsed), last)
     return Result("timeout", f"{attempts} attempts, last: {last}", attempts)
 
 
@@ -102,7 +102,7 @@ async def _attempt(request: Request) -> tuple[int | None, str]:
         with trio.fail_after(request.attempt_timeout):
             status, snippet = await trio.to_thread.run_sync(partial(_blocking_request, request), abandon_on_cancel=True)
     except trio.TooSlowError:
-        return None, f"no response within {request.attempt_timeout:.1f}s"
+        return None, f"no response within {_duration(request.attempt_timeout)}"
     except (OSError, http.client.HTTPException) as exc:
         return None, _describe(exc)
     return status, f"status {status}" + (f": {snippet}" if snippet else "")
@@ -143,3 +143,8 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _duration(seconds: float) -> str:
+    """500ms, 1.5s: the way the settings are written."""
+    return f"{seconds * 1000:.0f}ms" if seconds < 1 else f"{seconds:.1f}s"

@@ -71,18 +71,14 @@ def plugin(site: Path) -> Iterator[ModuleType]:
         sys.modules.pop("drain_file_plugin", None)
 
 
-def _configure(
-    plugin: ModuleType, section: dict[str, object], config: Config
-) -> tuple[object, list[str]]:
+def _configure(plugin: ModuleType, section: dict[str, object], config: Config) -> tuple[object, list[str]]:
     settings = Settings.from_mapping(section, path="plugins.drain-file")
     parsed = plugin.supervisor_configure(settings=settings, config=config)
     return parsed, [p.message for p in settings.problems]
 
 
 def _config(*names: str, main: str | None = None) -> Config:
-    return Config(
-        processes=tuple(ProcessSpec(name=n, command=("true",), main=n == main) for n in names)
-    )
+    return Config(processes=tuple(ProcessSpec(name=n, command=("true",), main=n == main) for n in names))
 
 
 def _context(settings: object) -> Context:
@@ -116,9 +112,7 @@ def test_pip_installs_the_entry_point(site: Path, plugin: ModuleType) -> None:
 
 
 def test_settings_default_to_the_main_process(plugin: ModuleType, tmp_path: Path) -> None:
-    parsed, problems = _configure(
-        plugin, {"path": str(tmp_path / "d")}, _config("web", "db", main="web")
-    )
+    parsed, problems = _configure(plugin, {"path": str(tmp_path / "d")}, _config("web", "db", main="web"))
     assert problems == []
     assert parsed == plugin.DrainFile(path=str(tmp_path / "d"), delay=5.0, process="web")
 
@@ -181,13 +175,9 @@ async def test_the_marker_goes_once_its_process_stopped(plugin: ModuleType, tmp_
     marker.write_text("draining\n")
     ctx = _context(plugin.DrainFile(path=str(marker), process="web"))
     stopped = ExitStatus(code=0)
-    await plugin.supervisor_after_process_stop(
-        ctx=ctx, deadline=Deadline(30), process=_Process("db"), status=stopped
-    )
+    await plugin.supervisor_after_process_stop(ctx=ctx, deadline=Deadline(30), process=_Process("db"), status=stopped)
     assert marker.exists()  # another process: not yet
-    await plugin.supervisor_after_process_stop(
-        ctx=ctx, deadline=Deadline(30), process=_Process("web"), status=stopped
-    )
+    await plugin.supervisor_after_process_stop(ctx=ctx, deadline=Deadline(30), process=_Process("web"), status=stopped)
     assert not marker.exists()
 
 
@@ -221,16 +211,11 @@ def test_a_real_shutdown_with_the_installed_plugin(site: Path, tmp_path: Path) -
     ready = tmp_path / "ready"
     config = tmp_path / "deploy.yaml"
     config.write_text(
-        "grace_period: 20s\n"
-        "log: {format: json}\n"
-        "plugins:\n"
-        f"  drain-file: {{path: {marker}, delay: 10s}}\n"
+        f"grace_period: 20s\nlog: {{format: json}}\nplugins:\n  drain-file: {{path: {marker}, delay: 10s}}\n"
     )
     # The app: ready at once; exits 0 as soon as its readiness probe would
     # see the marker (its "last request" is done), long before the 10 s delay.
-    app = (
-        f"touch {ready}; while [ ! -e {marker} ]; do sleep 0.05; done; echo saw the marker; exit 0"
-    )
+    app = f"touch {ready}; while [ ! -e {marker} ]; do sleep 0.05; done; echo saw the marker; exit 0"
     command = [
         "unshare",
         "-Urpf",
@@ -245,9 +230,7 @@ def test_a_real_shutdown_with_the_installed_plugin(site: Path, tmp_path: Path) -
         app,
     ]
     env = {**os.environ, "PYTHONPATH": str(site)}
-    with subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as proc:
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
             end = time.monotonic() + 15
             while not ready.exists() and time.monotonic() < end and proc.poll() is None:

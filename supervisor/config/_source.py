@@ -57,7 +57,7 @@ def parse_text(text: str, file: str, environ: Mapping[str, str]) -> tuple[Node |
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
-        return None, [_yaml_problem(exc, file)]
+        return None, [_yaml_problem(exc, file, text)]
     except yaml.reader.ReaderError as exc:
         line, column = _line_column(text, exc.position)
         char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
@@ -84,7 +84,7 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8-sig")
 
 
-def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
+def _yaml_problem(exc: yaml.MarkedYAMLError, file: str, text: str) -> Problem:
     mark = exc.problem_mark or exc.context_mark
     position = Position(file, mark.line + 1, mark.column + 1) if mark else Position(file, 1, 1)
     problem = exc.problem or "invalid syntax"
@@ -95,6 +95,10 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
         message = f"{problem} ({exc.context})"
     else:
         message = problem
+    lines = text.splitlines()
+    if mark and mark.line < len(lines) and "${" in lines[mark.line]:
+        # `env: {A: ${X}}`: the braces of a plain ${X} end a flow mapping.
+        message += "; quote values that contain ${...}"
     return Problem(position, f"invalid YAML: {message}")
 
 

@@ -505,6 +505,17 @@ MALFORMED = {
         "2:1",
         "invalid YAML: expected a single document in the stream, but found another document",
     ),
+    "invalid YAML: unquoted reference in a flow mapping": (
+        """
+        processes:
+          - name: a
+            command: x
+            env: {LEVEL: ${LOG_LEVEL}}
+        """,
+        "4:19",
+        "invalid YAML: expected ',' or '}', but got '{' (while parsing a flow mapping); "
+        "quote values that contain ${...}",
+    ),
     "control character": (
         "grace_period: 1s\nlog: {format: \x01}\n",
         "2:15",

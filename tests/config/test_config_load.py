@@ -234,6 +234,18 @@ def test_plugin_settings_strings_are_expanded(load: Load) -> None:
     assert http.raw("nested") == {"list": ["9000"]}
 
 
+def test_x_keys_hold_anchors(load: Load) -> None:
+    config = load(
+        """
+        x-defaults: &defaults {restart: always, stop_timeout: 5s}
+        x-anything-else: [1, 2]
+        processes:
+          - {<<: *defaults, name: a, command: x}
+        """
+    )
+    assert (config.processes[0].restart, config.processes[0].stop_timeout) == ("always", 5.0)
+
+
 def test_anchors_aliases_and_merge_keys(load: Load) -> None:
     config = load(
         """

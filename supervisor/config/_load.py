@@ -64,7 +64,7 @@ def _build(root: Node, path: str, problems: list[Problem]) -> Config:
         return Config(path=path)
     top = Settings(root, path="", problems=problems, reserved=())
     # x-* keys are free for the user, as in docker compose: a place for anchors.
-    top.check_keys([*TOP_LEVEL_KEYS, *(key for key in top.keys() if key.startswith("x-"))])
+    top.check_keys([*TOP_LEVEL_KEYS, *(key for key in root.value if key.startswith("x-"))])
     grace_period = top.duration("grace_period", 30.0)
     log = top.section("log")
     log_format, log_level = "text", "info"

@@ -93,31 +93,53 @@ def kernel_package() -> str:
 
 def build(cache: Path) -> GuestImage:
     """Return the kernel and initramfs, building them into ``cache`` once."""
-    package = kernel_package()
-    version = package.removeprefix("linux-image-")
-    target = cache / version
-    image = GuestImage(target / "vmlinuz", target / "initrd.gz", version)
+    try:
+        package = kernel_package()
+    except (subprocess.CalledProcessError, RuntimeError):
+        _refresh_package_lists()  # a fresh machine may not have read them yet
+        package = kernel_package()
+    image = _image(cache, package)
     if image.kernel.exists() and image.initrd.exists():
         return image
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         work = Path(tmp)
-        subprocess.run(["apt-get", "download", "-q", package], cwd=work, check=True, capture_output=True)
+        if not _download(package, work):
+            # Lists read a while ago may name a kernel the mirror has replaced.
+            _refresh_package_lists()
+            package = kernel_package()
+            image = _image(cache, package)
+            if not _download(package, work):
+                raise RuntimeError(f"apt-get download {package} failed")
         deb = next(work.glob("linux-image-*.deb"))
         unpacked = work / "root"
         subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True)
         staging = work / "out"
         staging.mkdir()
-        shutil.copy(unpacked / "boot" / f"vmlinuz-{version}", staging / "vmlinuz")
-        modules = unpacked / "lib" / "modules" / version
+        shutil.copy(unpacked / "boot" / f"vmlinuz-{image.version}", staging / "vmlinuz")
+        modules = unpacked / "lib" / "modules" / image.version
         (staging / "initrd.gz").write_bytes(_initramfs(modules))
         # Rename as a whole so that a concurrent builder never sees half a cache.
         try:
-            staging.rename(target)
+            staging.rename(image.kernel.parent)
         except OSError:
-            if not target.exists():
+            if not image.kernel.exists():
                 raise
     return image
+
+
+def _image(cache: Path, package: str) -> GuestImage:
+    version = package.removeprefix("linux-image-")
+    return GuestImage(cache / version / "vmlinuz", cache / version / "initrd.gz", version)
+
+
+def _download(package: str, directory: Path) -> bool:
+    result = subprocess.run(["apt-get", "download", "-q", package], cwd=directory, capture_output=True, check=False)
+    return result.returncode == 0
+
+
+def _refresh_package_lists() -> None:
+    subprocess.run(["apt-get", "update", "-qq"], capture_output=True, check=True)
 
 
 def _module_order(modules: Path) -> list[Path]:

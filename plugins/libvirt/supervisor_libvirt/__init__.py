@@ -66,9 +66,7 @@ async def supervisor_background(ctx: Context) -> None:
 
 
 @hookimpl
-async def supervisor_before_process_stop(
-    ctx: Context, deadline: Deadline, process: ProcessInfo
-) -> None:
+async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> None:
     settings = _settings(ctx)
     if settings.process is not None and process.name == settings.process:
         await _shut_down(ctx, settings, deadline, "before_process_stop")
@@ -81,16 +79,12 @@ async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
         await _shut_down(ctx, settings, deadline, "pre_stop")
 
 
-async def _shut_down(
-    ctx: Context, settings: LibvirtSettings, deadline: Deadline, phase: str
-) -> None:
+async def _shut_down(ctx: Context, settings: LibvirtSettings, deadline: Deadline, phase: str) -> None:
     from ._connection import Hypervisor
     from ._shutdown import shut_down_all
 
     async with Hypervisor(settings.uri, ctx.log, threads=max(32, settings.max_parallel * 2)) as hv:
-        await shut_down_all(
-            hv, settings, deadline, ctx.timeline, phase=phase, plugin=ctx.plugin, log=ctx.log
-        )
+        await shut_down_all(hv, settings, deadline, ctx.timeline, phase=phase, plugin=ctx.plugin, log=ctx.log)
 
 
 def _settings(ctx: Context) -> LibvirtSettings:

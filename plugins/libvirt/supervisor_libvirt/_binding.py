@@ -71,9 +71,7 @@ class LibvirtFailure(Exception):
     or restarted), as opposed to an error about one domain.
     """
 
-    def __init__(
-        self, message: str, code: int = 0, domain: int = 0, *, connection_lost: bool = False
-    ) -> None:
+    def __init__(self, message: str, code: int = 0, domain: int = 0, *, connection_lost: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.code = code

@@ -82,9 +82,7 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     _uri(cancel)
     cancel.set_defaults(handler=cancel_shutdown)
 
-    show = commands.add_parser(
-        "requests", help="list running domains with a shutdown request and their time left"
-    )
+    show = commands.add_parser("requests", help="list running domains with a shutdown request and their time left")
     _uri(show)
     show.set_defaults(handler=list_requests)
 
@@ -147,15 +145,11 @@ def request_shutdown(args: argparse.Namespace) -> int:
                 _call(conn, ops.set_request(name, request))
                 uuid = uuid or _call(conn, ops.uuid_of(name))
             except LibvirtFailure as exc:
-                print(
-                    f"supervisor libvirt: {name}: cannot write the request: {exc}", file=sys.stderr
-                )
+                print(f"supervisor libvirt: {name}: cannot write the request: {exc}", file=sys.stderr)
                 status = EXIT_FAILURE
                 continue
             when = format_time(request.requested_at or now)
-            grace = (
-                "the enforcer's grace" if request.grace is None else format_duration(request.grace)
-            )
+            grace = "the enforcer's grace" if request.grace is None else format_duration(request.grace)
             print(f"{name}: shutdown requested at {when}, grace {grace}")
             if not args.no_press:
                 _press(conn, name, uuid, agent=request.guest_agent)
@@ -173,9 +167,7 @@ def _press(conn: Any, name: str, uuid: str, *, agent: bool) -> None:
             if exc.code in FLAGS_REJECTED and attempt != SHUTDOWN_DEFAULT:
                 continue
             if exc.code not in (NO_DOMAIN, OPERATION_INVALID):
-                print(
-                    f"supervisor libvirt: {name}: shutdown request failed: {exc}", file=sys.stderr
-                )
+                print(f"supervisor libvirt: {name}: shutdown request failed: {exc}", file=sys.stderr)
         return
 
 
@@ -208,11 +200,7 @@ def list_requests(args: argparse.Namespace) -> int:
             if domain.request_error is not None:
                 print(f"{domain.name}\tinvalid request: {domain.request_error}")
             elif request.requested_at is not None:
-                grace = (
-                    "default grace"
-                    if request.grace is None
-                    else f"grace {format_duration(request.grace)}"
-                )
+                grace = "default grace" if request.grace is None else f"grace {format_duration(request.grace)}"
                 age = format_duration(max(0.0, now - request.requested_at))
                 when = format_time(request.requested_at)
                 print(f"{domain.name}\trequested at {when} ({age} ago, {grace})")

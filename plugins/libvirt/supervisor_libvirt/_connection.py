@@ -159,9 +159,7 @@ class Hypervisor:
             conn.setKeepAlive(*self.keepalive)
         callback_id: int | None = None
         try:
-            callback_id = conn.domainEventRegisterAny(
-                None, _EVENT_ID_LIFECYCLE, self._on_lifecycle, None
-            )
+            callback_id = conn.domainEventRegisterAny(None, _EVENT_ID_LIFECYCLE, self._on_lifecycle, None)
             conn.registerCloseCallback(self._on_close, generation)
         except libvirt.libvirtError as exc:
             self.log.info("no lifecycle events from %s, polling only: %s", self.uri, exc)
@@ -187,9 +185,7 @@ class Hypervisor:
         conn, self._conn = self._conn, None
         # Closing releases the client's socket and callbacks; in a thread of
         # its own because even that may block on a hung daemon.
-        threading.Thread(
-            target=self._close, args=(conn, self._callback_id), name="libvirt-close", daemon=True
-        ).start()
+        threading.Thread(target=self._close, args=(conn, self._callback_id), name="libvirt-close", daemon=True).start()
         self._callback_id = None
         if not self._lost_reported:
             self.log.warning("lost the connection to %s: %s; reconnecting", self.uri, reason)
@@ -200,16 +196,12 @@ class Hypervisor:
 
     # Callbacks on libvirt's event thread: hand over to trio, never block.
 
-    def _on_lifecycle(
-        self, _conn: Any, dom: Any, event: int, _detail: int, _opaque: object
-    ) -> None:
+    def _on_lifecycle(self, _conn: Any, dom: Any, event: int, _detail: int, _opaque: object) -> None:
         if event in (_EVENT_STOPPED, _EVENT_UNDEFINED):
             self._soon(self._set_stopped, dom.UUIDString())
 
     def _on_close(self, _conn: Any, reason: int, generation: int) -> None:
-        self._soon(
-            self._lost, generation, f"connection closed ({_CLOSE_REASONS.get(reason, reason)})"
-        )
+        self._soon(self._lost, generation, f"connection closed ({_CLOSE_REASONS.get(reason, reason)})")
 
     def _soon(self, function: Callable[..., object], *args: object) -> None:
         token = self._token

@@ -82,9 +82,7 @@ def list_domains(selection: Selection | None = None) -> Callable[[Any], list[Dom
                         request = ShutdownRequest.parse(xml)
                     except ValueError as exc:
                         error = str(exc)
-                found.append(
-                    Domain(name, dom.UUIDString(), bool(dom.isPersistent()), request, error)
-                )
+                found.append(Domain(name, dom.UUIDString(), bool(dom.isPersistent()), request, error))
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() != NO_DOMAIN:  # vanished while listing: nothing to do
                     raise

@@ -99,9 +99,7 @@ class Enforcer:
 
     async def _request(self, domain: Domain, left: float) -> None:
         try:
-            flags = SHUTDOWN_ACPI_POWER_BTN | (
-                SHUTDOWN_GUEST_AGENT if domain.request.guest_agent else 0
-            )
+            flags = SHUTDOWN_ACPI_POWER_BTN | (SHUTDOWN_GUEST_AGENT if domain.request.guest_agent else 0)
             for attempt_flags in (flags, SHUTDOWN_DEFAULT):
                 try:
                     await self.hv.call(ops.shutdown(domain.uuid, attempt_flags))
@@ -109,13 +107,9 @@ class Enforcer:
                     if exc.code in FLAGS_REJECTED and attempt_flags != SHUTDOWN_DEFAULT:
                         continue
                     if exc.code not in (NO_DOMAIN, OPERATION_INVALID) and not exc.connection_lost:
-                        self.log.warning(
-                            "enforcer: %s: shutdown request failed: %s", domain.name, exc
-                        )
+                        self.log.warning("enforcer: %s: shutdown request failed: %s", domain.name, exc)
                     return
-                self.log.info(
-                    "enforcer: %s: shutdown requested, %.1fs of its grace left", domain.name, left
-                )
+                self.log.info("enforcer: %s: shutdown requested, %.1fs of its grace left", domain.name, left)
                 return
         finally:
             self.busy.discard(domain.uuid)
@@ -149,8 +143,6 @@ class Enforcer:
                     self.log.info("enforcer: %s: destroyed", domain.name)
                     return
             if scope.cancelled_caught:
-                self.log.warning(
-                    "enforcer: %s: destroy did not finish in %.0fs", domain.name, _DESTROY_TIMEOUT
-                )
+                self.log.warning("enforcer: %s: destroy did not finish in %.0fs", domain.name, _DESTROY_TIMEOUT)
         finally:
             self.busy.discard(domain.uuid)

@@ -85,9 +85,7 @@ def parse_time(text: str) -> float:
     try:
         moment = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(
-            f"requested-at: invalid time {text!r}: use RFC 3339, e.g. 2026-12-01T14:00:00Z"
-        ) from None
+        raise ValueError(f"requested-at: invalid time {text!r}: use RFC 3339, e.g. 2026-12-01T14:00:00Z") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
     return moment.timestamp()
@@ -95,6 +93,4 @@ def parse_time(text: str) -> float:
 
 def format_time(unix: float) -> str:
     moment = dt.datetime.fromtimestamp(unix, tz=dt.UTC)
-    return moment.isoformat(timespec="seconds" if unix == int(unix) else "milliseconds").replace(
-        "+00:00", "Z"
-    )
+    return moment.isoformat(timespec="seconds" if unix == int(unix) else "milliseconds").replace("+00:00", "Z")

@@ -81,20 +81,11 @@ async def shut_down_all(
     def graceful_end() -> float:
         return hooks_end() - reserve
 
-    domains: list[Domain] | None = None
-    failure: LibvirtFailure | None = None
-    with trio.move_on_at(graceful_end()):
-        try:
-            domains = await hv.call(ops.list_domains(settings.selection))
-        except LibvirtFailure as exc:
-            failure = exc
-    if failure is not None:
-        log.error("cannot list the domains on %s: %s", hv.uri, failure)
-        timeline_failure(timeline, phase, plugin, f"cannot list domains: {failure}")
-        return {}
+    domains, failure = await _list(hv, settings, graceful_end)
     if domains is None:
-        log.error("listing the domains on %s took the whole budget", hv.uri)
-        timeline_failure(timeline, phase, plugin, "listing the domains took the whole budget")
+        detail = f"cannot list domains: {failure}" if failure else "listing the domains took the whole budget"
+        log.error("%s on %s", detail, hv.uri)
+        timeline_failure(timeline, phase, plugin, detail)
         return {}
     if not domains:
         log.info("no running domains to shut down on %s", hv.uri)
@@ -123,6 +114,24 @@ async def shut_down_all(
     return results
 
 
+async def _list(
+    hv: Hypervisor, settings: LibvirtSettings, end: Callable[[], float]
+) -> tuple[list[Domain] | None, LibvirtFailure | None]:
+    """The selected running domains; while libvirtd is unreachable (it may be
+    restarting right now), keep trying until ``end()``."""
+    failure: LibvirtFailure | None = None
+    with trio.move_on_at(end()):
+        while True:
+            try:
+                return await hv.call(ops.list_domains(settings.selection)), None
+            except LibvirtFailure as exc:
+                failure = exc
+                if not exc.connection_lost:
+                    break
+            await trio.sleep(hv.retry_interval)
+    return None, failure
+
+
 async def _one(
     job: DomainShutdown,
     slots: trio.Semaphore,
@@ -143,9 +152,7 @@ def timeline_failure(timeline: Timeline, phase: str, plugin: str, detail: str) -
         step.outcome, step.detail = FAILED, detail
 
 
-def _hooks_end(
-    deadline: Deadline, settings: LibvirtSettings, started: float
-) -> Callable[[], float]:
+def _hooks_end(deadline: Deadline, settings: LibvirtSettings, started: float) -> Callable[[], float]:
     """When the host will cancel this hook: the deadline less its reserve, or
     the plugin's hook_timeout; re-read each time because the deadline may
     move earlier (a second SIGTERM, the pod's real deletion time)."""
@@ -316,9 +323,7 @@ class DomainShutdown:
             if result is not None:
                 return result
             graceful_error = exc
-        self.log.warning(
-            "%s: graceful destroy failed: %s; destroying it plainly", name, graceful_error
-        )
+        self.log.warning("%s: graceful destroy failed: %s; destroying it plainly", name, graceful_error)
         failure: LibvirtFailure | None = None
         try:
             await self.hv.call(ops.destroy(self.domain.uuid, graceful=False))
@@ -330,9 +335,7 @@ class DomainShutdown:
                 return result
             self.log.error("%s: destroy failed: %s", name, failure)
             return Result(FAILED, f"destroy failed: {failure}")
-        return Result(
-            DESTROYED, f"after {self._summary()}; graceful destroy failed: {graceful_error}"
-        )
+        return Result(DESTROYED, f"after {self._summary()}; graceful destroy failed: {graceful_error}")
 
     async def _destroy_error(self, exc: LibvirtFailure) -> Result | None:
         """The outcome a destroy error implies, or None to try harder."""

@@ -31,51 +31,14 @@ _ENV_NAME = re.compile(r"[^=\0]+")
 RESTART_POLICIES: tuple[RestartPolicy, ...] = ("never", "on-failure", "always")
 
 # Linux capabilities (capability.h, up to 6.x), without the CAP_ prefix.
-CAPABILITIES = frozenset(
-    [
-        "chown",
-        "dac_override",
-        "dac_read_search",
-        "fowner",
-        "fsetid",
-        "kill",
-        "setgid",
-        "setuid",
-        "setpcap",
-        "linux_immutable",
-        "net_bind_service",
-        "net_broadcast",
-        "net_admin",
-        "net_raw",
-        "ipc_lock",
-        "ipc_owner",
-        "sys_module",
-        "sys_rawio",
-        "sys_chroot",
-        "sys_ptrace",
-        "sys_pacct",
-        "sys_admin",
-        "sys_boot",
-        "sys_nice",
-        "sys_resource",
-        "sys_time",
-        "sys_tty_config",
-        "mknod",
-        "lease",
-        "audit_write",
-        "audit_control",
-        "setfcap",
-        "mac_override",
-        "mac_admin",
-        "syslog",
-        "wake_alarm",
-        "block_suspend",
-        "audit_read",
-        "perfmon",
-        "bpf",
-        "checkpoint_restore",
-    ]
-)
+CAPABILITIES = frozenset((
+    "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid", "setuid",
+    "setpcap", "linux_immutable", "net_bind_service", "net_broadcast", "net_admin", "net_raw",
+    "ipc_lock", "ipc_owner", "sys_module", "sys_rawio", "sys_chroot", "sys_ptrace", "sys_pacct",
+    "sys_admin", "sys_boot", "sys_nice", "sys_resource", "sys_time", "sys_tty_config", "mknod",
+    "lease", "audit_write", "audit_control", "setfcap", "mac_override", "mac_admin", "syslog",
+    "wake_alarm", "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore",
+))  # fmt: skip
 
 
 def parse_process(entry: Settings) -> ProcessSpec | None:
@@ -91,8 +54,7 @@ def parse_process(entry: Settings) -> ProcessSpec | None:
         entry.error("name", f"invalid name {name!r}: use lower-case letters, digits and -")
         name = None
     command = entry.command("command", required=True)
-    backoff = _backoff(entry.section("backoff"))
-    ready_section = entry.section("ready")
+    ready = entry.section("ready")
     spec = ProcessSpec(
         name=name or "?",
         command=command or ("?",),
@@ -105,7 +67,7 @@ def parse_process(entry: Settings) -> ProcessSpec | None:
         no_new_privs=entry.boolean("no_new_privs"),
         capabilities=_capabilities(entry.section("capabilities")),
         restart=cast(RestartPolicy, entry.string("restart", "never", choices=RESTART_POLICIES)),
-        backoff=backoff,
+        backoff=_backoff(entry.section("backoff")),
         on_failure=cast(
             Literal["shutdown", "ignore"],
             entry.string("on_failure", "shutdown", choices=("shutdown", "ignore")),
@@ -113,7 +75,7 @@ def parse_process(entry: Settings) -> ProcessSpec | None:
         stop_signal=entry.signal("stop_signal", signal.SIGTERM),
         stop_timeout=entry.duration("stop_timeout"),
         process_group=entry.boolean("process_group", True),
-        ready=parse_ready(ready_section) if ready_section is not None else None,
+        ready=parse_ready(ready) if ready is not None else None,
         log_prefix=entry.boolean("log_prefix"),
         position=entry.position,
     )

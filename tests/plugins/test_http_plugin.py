@@ -10,6 +10,7 @@ import importlib.metadata
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 import supervisor_http
 import trio
+import trustme
 
 from supervisor import Deadline
 from tests.plugins._helpers import (
@@ -189,7 +191,7 @@ async def test_gives_up_at_its_timeout_and_says_why(tmp_path: Path, server: Serv
     (result,) = results
     assert result.outcome == "timeout"
     assert result.attempts >= 2  # it retried
-    assert result.detail.endswith(f"attempts, last: status 500: answer {result.attempts}")
+    assert result.detail == f"{result.attempts} attempt(s), last: status 500: answer {result.attempts}"
     assert any(
         m.startswith(f"GET {server.url}/x: gave up after {result.attempts} attempt(s)")
         for m in logs.at(logging.WARNING)
@@ -335,3 +337,55 @@ plugins:
 def test_registered_as_an_entry_point() -> None:
     (entry,) = [ep for ep in importlib.metadata.entry_points(group="supervisor.plugins") if ep.name == "http"]
     assert entry.load() is supervisor_http
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An HTTPS server on 127.0.0.1 with a certificate from a throwaway CA;
+    yields its URL and the CA's PEM file."""
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{httpd.server_address[1]}/ready", ca_file
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+async def test_https_checks_the_certificate(tmp_path: Path, tls_server: tuple[str, Path]) -> None:
+    url, ca_file = tls_server
+    results, _, _ = await _run(tmp_path, f"      - {{phase: pre_stop, url: '{url}', ca_file: '{ca_file}'}}\n")
+    assert [(r.outcome, r.status) for r in results] == [("ok", 204)]
+    # Without the CA the certificate is unknown: retried, then reported.
+    results, _, _ = await _run(tmp_path, f"      - {{phase: pre_stop, url: '{url}', timeout: 300ms}}\n")
+    assert results[0].outcome == "timeout"
+    assert results[0].detail.endswith("certificate verify failed: unable to get local issuer certificate")
+    # Unless the user turns verification off.
+    results, _, _ = await _run(tmp_path, f"      - {{phase: pre_stop, url: '{url}', tls_verify: false}}\n")
+    assert results[0].outcome == "ok"
+
+
+async def test_a_missing_ca_file_is_reported(tmp_path: Path, tls_server: tuple[str, Path]) -> None:
+    url, _ = tls_server
+    missing = tmp_path / "not-mounted-yet.pem"
+    results, _, _ = await _run(
+        tmp_path, f"      - {{phase: pre_stop, url: '{url}', ca_file: '{missing}', timeout: 300ms}}\n"
+    )
+    assert results[0].detail.endswith(f"last: cannot read ca_file: No such file or directory: {missing}")

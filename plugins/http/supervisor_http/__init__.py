@@ -39,6 +39,8 @@ Settings of each request:
   attempt_timeout  for one attempt's connection and answer (default 5s)
   retry_interval   between attempts (default 1s)
   tls_verify       check the server's certificate (default true)
+  ca_file          PEM file of the CAs to check it against (default: the
+                   system's), e.g. a Secret mounted into the pod
   name             for the log and the timeline (default: METHOD URL)
 """
 

@@ -84,7 +84,7 @@ async def _retry(request: Request, ctx: Context, deadline: Deadline | None) -> R
         raise
     elapsed = trio.current_time() - started
     log.warning("%s: gave up after %d attempt(s) in %s; last: %s", request.name, attempts, _duration(elapsed), last)
-    return Result("timeout", f"{attempts} attempts, last: {last}", attempts)
+    return Result("timeout", f"{attempts} attempt(s), last: {last}", attempts)
 
 
 def why_cancelled(ctx: Context, deadline: Deadline | None) -> str:
@@ -113,7 +113,7 @@ def _blocking_request(request: Request) -> tuple[int, str]:
     host = parts.hostname or ""
     connection: http.client.HTTPConnection
     if parts.scheme == "https":
-        context = _tls_context(request.tls_verify)
+        context = _tls_context(request.tls_verify, request.ca_file)
         connection = http.client.HTTPSConnection(host, parts.port, timeout=request.attempt_timeout, context=context)
     else:
         connection = http.client.HTTPConnection(host, parts.port, timeout=request.attempt_timeout)
@@ -127,12 +127,18 @@ def _blocking_request(request: Request) -> tuple[int, str]:
         connection.close()
 
 
-def _tls_context(verify: bool) -> ssl.SSLContext:
-    context = ssl.create_default_context()
+def _tls_context(verify: bool, ca_file: str | None) -> ssl.SSLContext:
     if not verify:
+        context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    return context
+        return context
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except OSError as exc:
+        # Reported like any other failed attempt: a Secret's volume may still
+        # be mounting.  ssl's own error does not name the file.
+        raise OSError(exc.errno, f"cannot read ca_file: {exc.strerror}", ca_file) from exc
 
 
 def _describe(exc: BaseException) -> str:
@@ -140,8 +146,10 @@ def _describe(exc: BaseException) -> str:
         return "connection refused"
     if isinstance(exc, TimeoutError):
         return "timed out"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {exc.verify_message}"
     if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 

@@ -36,6 +36,7 @@ _KEYS = (
     "retry_interval",
     "expect",
     "tls_verify",
+    "ca_file",
     "name",
 )
 _STATUS_CLASS = re.compile(r"^[1-5]xx$", re.IGNORECASE)
@@ -72,6 +73,7 @@ class Request:
     retry_interval: float = 1.0
     expect: Expect = Expect()
     tls_verify: bool = True
+    ca_file: str | None = None  # PEM bundle to verify against instead of the system's
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,7 @@ def _parse_request(entry: Settings, known_processes: list[str]) -> Request | Non
     retry_interval = entry.duration("retry_interval", 1.0)
     expect = _parse_expect(entry)
     tls_verify = entry.boolean("tls_verify", True)
+    ca_file = entry.string("ca_file")
     name = entry.string("name")
     if phase is None or url is None:
         return None
@@ -131,6 +134,7 @@ def _parse_request(entry: Settings, known_processes: list[str]) -> Request | Non
         retry_interval=retry_interval,
         expect=expect,
         tls_verify=tls_verify,
+        ca_file=ca_file,
     )
 
 

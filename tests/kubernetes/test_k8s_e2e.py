@@ -44,7 +44,7 @@ processes:
     command:
       - {sys.executable}
       - -m
-      - tests.kubeapi._leader
+      - tests.kubeapi.controller
       - --namespace={kube.namespace}
       - --lease={LEASE}
       - --identity=${{POD_NAME}}_4f2a9c
@@ -76,24 +76,30 @@ def _report(path: Path) -> dict[str, float]:
     return events
 
 
-def test_pod_deletion_drains_then_stops_then_hands_over_the_lease(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("ctrl-0", grace=30, ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
-    report = tmp_path / "controller.txt"
-    config = _config(kube, tmp_path, report)
+def _supervise(kube: KubeTarget, tmp_path: Path, report: Path) -> Supervisor:
+    """The supervisor as PID 1, once its controller leads."""
     env = {
         **kube.env,
         "POD_NAME": "ctrl-0",
         "POD_NAMESPACE": kube.namespace,
         "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     }
-    with Supervisor(["-c", str(config)], env=env, cwd=REPO) as sup:
-        deadline = time.monotonic() + 30
-        while not (report.exists() and "leading" in report.read_text()):
-            assert time.monotonic() < deadline, f"the controller never led\n{sup.output}"
-            assert sup.proc.poll() is None, sup.output
-            time.sleep(0.05)
+    sup = Supervisor(["-c", str(_config(kube, tmp_path, report))], env=env, cwd=REPO)
+    deadline = time.monotonic() + 30
+    while not (report.exists() and "leading" in report.read_text()):
+        if time.monotonic() > deadline or sup.proc.poll() is not None:
+            sup.kill()
+            raise AssertionError(f"the controller never led\n{sup.output}")
+        time.sleep(0.05)
+    return sup
+
+
+def test_pod_deletion_drains_then_stops_then_hands_over_the_lease(kube: KubeTarget, tmp_path: Path) -> None:
+    cluster = kube.cluster
+    pod = cluster.create_pod("ctrl-0", grace=30, ip="10.0.0.7")
+    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
+    report = tmp_path / "controller.txt"
+    with _supervise(kube, tmp_path, report) as sup:
         standby = cluster.elector(LEASE, "ctrl-1_77e0b1", retry_period=RETRY).start()
         time.sleep(1.0)
         assert not standby.leading, "the standby took a held Lease"
@@ -131,3 +137,40 @@ def test_pod_deletion_drains_then_stops_then_hands_over_the_lease(kube: KubeTarg
     assert "released lease" in sup.output
     reasons = {e["reason"] for e in cluster.list_events()}
     assert {"DrainStarted", "DrainFinished", "LeaseReleased"} <= reasons, reasons
+
+
+def test_sigterm_without_deletion_skips_the_drain(kube: KubeTarget, tmp_path: Path) -> None:
+    """A liveness restart: the pod stays in its Service, so no drain wait."""
+    cluster = kube.cluster
+    pod = cluster.create_pod("ctrl-0", grace=30, ip="10.0.0.7")
+    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
+    report = tmp_path / "controller.txt"
+    with _supervise(kube, tmp_path, report) as sup:
+        signalled = time.monotonic()
+        sup.signal(signal.SIGTERM)
+        code = sup.wait(40)
+    assert code == 0, sup.output
+    events = _report(report)
+    assert events["sigterm"] - signalled < 3, "the controller waited for a drain (fallback is 20 s)"
+    assert "skipping the endpoint drain" in sup.output
+    assert cluster.read_lease(LEASE)["spec"]["holderIdentity"] == ""
+
+
+def test_the_pods_deadline_is_honoured(kube: KubeTarget, tmp_path: Path) -> None:
+    """kubectl delete --grace-period=4 while grace_period is 30s and the
+    endpoints never flip: everything must be over before the kubelet's SIGKILL."""
+    cluster = kube.cluster
+    pod = cluster.create_pod("ctrl-0", grace=30, ip="10.0.0.7")
+    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
+    report = tmp_path / "controller.txt"
+    with _supervise(kube, tmp_path, report) as sup:
+        deleted = time.monotonic()
+        cluster.delete_pod("ctrl-0", grace=4)
+        sup.signal(signal.SIGTERM)
+        sup.wait(40)
+        finished = time.monotonic()
+    assert finished - deleted < 4.5, f"the supervisor outlived the pod's grace period\n{sup.output}"
+    assert "deadline shortened" in sup.output
+    assert "endpoint drain timed out" in sup.output
+    events = _report(report)
+    assert "sigterm" in events, "the controller was never asked to stop"

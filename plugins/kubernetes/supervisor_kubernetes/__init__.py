@@ -65,7 +65,6 @@ class KubernetesPlugin:
     async def supervisor_background(self, ctx: Context) -> None:
         """Import the client, load the configuration and learn the pod's UID
         and IPs now, while there is time, rather than during the shutdown."""
-
         try:
             connection = await self._connect(ctx)
             identity = connection.pod_identity
@@ -80,7 +79,6 @@ class KubernetesPlugin:
     @hookimpl
     async def supervisor_shutdown_started(self, ctx: Context, deadline: Deadline, reason: str) -> None:
         """Read the own Pod: is it being deleted, and when comes the SIGKILL?"""
-
         settings = _settings(ctx)
         with ctx.timeline.step("shutdown_started", "read pod", plugin=ctx.plugin) as step:
             try:

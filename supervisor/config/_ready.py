@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import urllib.parse
 
+from .._units import format_duration
 from ._model import ReadyCheck, ReadyKind
 from ._settings import Settings
 
@@ -36,6 +37,10 @@ def parse_ready(section: Settings) -> ReadyCheck | None:
     kind = kinds[0]
     target = _target(section, kind)
     if target is None:
+        return None
+    if isinstance(target, float) and target >= timeout > 0:
+        # The wait for readiness is bounded by timeout, fixed delay included.
+        section.error("after", f"must be shorter than timeout ({format_duration(timeout)}), or raise timeout")
         return None
     return ReadyCheck(kind=kind, target=target, timeout=timeout, interval=interval)
 

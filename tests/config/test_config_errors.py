@@ -329,6 +329,16 @@ MALFORMED = {
         "4:19",
         "processes[0].ready.http: expected an http:// or https:// URL",
     ),
+    "ready after longer than its timeout": (
+        """
+        processes:
+          - name: a
+            command: x
+            ready: {after: 2m}
+        """,
+        "4:20",
+        "processes[0].ready.after: must be shorter than timeout (60s), or raise timeout",
+    ),
     "ready interval zero": (
         """
         processes:

@@ -145,7 +145,14 @@ class Cluster:
 
     # -- endpoint slices -------------------------------------------------------------
 
-    def create_service(self, service: str, endpoints: Sequence[Endpoint], *, per_slice: int = 100) -> list[str]:
+    def create_service(
+        self,
+        service: str,
+        endpoints: Sequence[Endpoint],
+        *,
+        per_slice: int = 100,
+        managed_by: str = MANAGED_BY,
+    ) -> list[str]:
         """EndpointSlices for ``service``, at most ``per_slice`` endpoints each
         (the controller's default of 100)."""
         names = []
@@ -157,7 +164,7 @@ class Cluster:
                     "name": name,
                     "labels": {
                         SERVICE_LABEL: service,
-                        "endpointslice.kubernetes.io/managed-by": MANAGED_BY,
+                        "endpointslice.kubernetes.io/managed-by": managed_by,
                     },
                 },
                 "addressType": "IPv4",

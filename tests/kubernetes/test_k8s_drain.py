@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 
 from supervisor import Deadline
-from tests.kubeapi import KubeAPIServer, other_endpoints, pod_endpoints
+from tests.kubeapi import Endpoint, KubeAPIServer, other_endpoints, pod_endpoints
 from tests.kubernetes.k8s_helpers import KubeTarget, harness
 from tests.plugins._helpers import LogRecords
 
@@ -269,3 +269,51 @@ def _plugin_lists(fake: KubeAPIServer) -> list[object]:
         for r in fake.requests_matching("GET", "/endpointslices$")
         if r.query.get("watch") != "true" and "limit" in r.query
     ]
+
+
+async def test_never_updated_mirrored_slice_can_be_left_out(kube: KubeTarget, tmp_path: Path) -> None:
+    """A slice mirrored from a hand-made Endpoints object (no targetRef, matched
+    by IP) is never flipped by the deletion; managed_by leaves it out."""
+    cluster = kube.cluster
+    pod = cluster.create_pod("web-0", ip="10.0.0.7")
+    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
+    cluster.create_service("legacy", [Endpoint("10.0.0.7")], managed_by="endpointslicemirroring-controller.k8s.io")
+    h = harness(
+        kube,
+        tmp_path,
+        "web-0",
+        "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s, managed_by: [pid1-supervisor-tests]}",
+    )
+    deletion = cluster.delete_pod_and_flip("web-0", flip_after=0.5)
+    deadline = Deadline(30)
+    with LogRecords.capture("kubernetes") as logs:
+        await h.shutdown_started(deadline)
+        ended = await h.pre_stop(deadline)
+    assert deletion.wait_flipped() <= ended < deletion.wait_flipped() + 5
+    assert any("1 of 1 slices still route" in m for m in logs.messages), logs.messages
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
+async def test_pod_matched_by_ip_when_slices_have_no_target_ref(kube: KubeTarget, tmp_path: Path) -> None:
+    cluster = kube.cluster
+    pod = cluster.create_pod("web-0", ip="10.0.0.7")
+    names = cluster.create_service("web", [Endpoint("10.0.0.7"), Endpoint("10.0.0.8")])
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
+    cluster.delete_pod("web-0")
+    deadline = Deadline(30)
+
+    async def remove_later() -> None:
+        await trio.sleep(0.5)
+        slice_obj = cluster.list_slices()[0]
+        assert slice_obj["metadata"]["name"] == names[0]
+        slice_obj["endpoints"] = [e for e in slice_obj["endpoints"] if e["addresses"] != ["10.0.0.7"]]
+        cluster.discovery.replace_namespaced_endpoint_slice(names[0], cluster.namespace, slice_obj)
+
+    started = time.monotonic()
+    async with trio.open_nursery() as nursery:
+        await h.shutdown_started(deadline)
+        nursery.start_soon(remove_later)
+        await h.pre_stop(deadline)
+    assert 0.4 < time.monotonic() - started < 5
+    assert pod["status"]["podIP"] == "10.0.0.7"
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]

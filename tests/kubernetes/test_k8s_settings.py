@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from supervisor_kubernetes import KubernetesPlugin, KubernetesSettings
-from supervisor_kubernetes._drain import SliceTracker, endpoint_routes, service_selector
+from supervisor_kubernetes._drain import SliceTracker, endpoint_routes, slice_selector
 from supervisor_kubernetes._identity import PodIdentity, identity_from_environment
 from supervisor_kubernetes._lease import released
 from supervisor_kubernetes._settings import LeaseSettings, PodSettings
@@ -217,9 +217,15 @@ def test_holder_matching() -> None:
     assert not LeaseSettings(process="c", identity="exact").holds("exact2", "web-0")
 
 
-def test_service_selector() -> None:
-    assert service_selector([]) is None
-    assert service_selector(["web", "admin"]) == "kubernetes.io/service-name in (admin,web)"
+def test_slice_selector() -> None:
+    assert slice_selector([]) is None
+    assert slice_selector(["web", "admin"]) == "kubernetes.io/service-name in (admin,web)"
+    assert slice_selector([], ["endpointslice-controller.k8s.io"]) == (
+        "endpointslice.kubernetes.io/managed-by in (endpointslice-controller.k8s.io)"
+    )
+    assert slice_selector(["web"], ["a"]) == (
+        "kubernetes.io/service-name in (web),endpointslice.kubernetes.io/managed-by in (a)"
+    )
 
 
 def test_the_client_is_imported_only_when_enabled() -> None:

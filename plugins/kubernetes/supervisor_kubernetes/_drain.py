@@ -23,16 +23,20 @@ from ._api import APIError, KubeAPI
 from ._identity import PodIdentity
 from ._settings import DrainSettings
 
-__all__ = ["DrainResult", "SliceTracker", "drain_endpoints", "endpoint_routes", "service_selector"]
+__all__ = ["DrainResult", "SliceTracker", "drain_endpoints", "endpoint_routes", "slice_selector"]
 
 SERVICE_LABEL = "kubernetes.io/service-name"
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 
 
-def service_selector(services: Iterable[str]) -> str | None:
-    names = sorted(set(services))
-    if not names:
-        return None
-    return f"{SERVICE_LABEL} in ({','.join(names)})"
+def slice_selector(services: Iterable[str], managed_by: Iterable[str] = ()) -> str | None:
+    """The label selector for the slices to follow (None: all of them)."""
+    terms = []
+    for label, values in ((SERVICE_LABEL, services), (MANAGED_BY_LABEL, managed_by)):
+        names = sorted(set(values))
+        if names:
+            terms.append(f"{label} in ({','.join(names)})")
+    return ",".join(terms) or None
 
 
 def endpoint_routes(endpoint: Mapping[str, Any]) -> bool:
@@ -145,7 +149,7 @@ class _Drainer:
         self.deadline = deadline
         self.log = log
         self.until = until
-        self.selector = service_selector(settings.services)
+        self.selector = slice_selector(settings.services, settings.managed_by)
         self.tracker = SliceTracker(pod)
         self.progress = _Progress(log, settings.progress_interval, until)
 

@@ -41,6 +41,10 @@ class DrainSettings:
     """``endpoint_drain``: wait until no EndpointSlice routes to this pod."""
 
     services: tuple[str, ...] = ()  # empty: every Service in the namespace
+    # endpointslice.kubernetes.io/managed-by values to follow; empty: every
+    # slice.  A slice mirrored from a hand-made Endpoints object is only
+    # updated by whoever maintains that object, and may never let go of the pod.
+    managed_by: tuple[str, ...] = ()
     timeout: float = 60.0  # the longest wait for the slices (the deadline may cut it shorter)
     propagation_delay: float = 5.0
     fallback_delay: float = 15.0
@@ -147,6 +151,7 @@ def _drain(section: Settings | None) -> DrainSettings | None:
     section.check_keys(
         (
             "services",
+            "managed_by",
             "timeout",
             "propagation_delay",
             "fallback_delay",
@@ -164,6 +169,7 @@ def _drain(section: Settings | None) -> DrainSettings | None:
         progress_interval = 2.0
     return DrainSettings(
         services=section.string_list("services"),
+        managed_by=section.string_list("managed_by"),
         timeout=section.duration("timeout", 60.0),
         propagation_delay=section.duration("propagation_delay", 5.0),
         fallback_delay=section.duration("fallback_delay", 15.0),

@@ -71,7 +71,8 @@ async def test_driver_rejecting_acpi_flag_falls_back_to_plain_shutdown(
     caplog.set_level(logging.INFO)
     results, _, _ = await run(settings())
     assert results["t-plain"].outcome == "shut down"
-    assert "rejects shutdown flags 1" in caplog.text
+    assert "the driver refused ACPI power button" in caplog.text
+    assert "shutdown requested (driver default)" in caplog.text
     assert "libvirt error 8" in caplog.text  # logged with its code
 
 

@@ -21,17 +21,8 @@ from typing import Any, TypeVar
 from supervisor._units import format_duration, parse_duration
 
 from . import _domains as ops
-from ._binding import (
-    FLAGS_REJECTED,
-    NO_DOMAIN,
-    OPERATION_INVALID,
-    SHUTDOWN_ACPI_POWER_BTN,
-    SHUTDOWN_DEFAULT,
-    SHUTDOWN_GUEST_AGENT,
-    LibvirtFailure,
-    guarded,
-    libvirt_module,
-)
+from ._actions import FINAL
+from ._binding import LibvirtFailure, guarded, libvirt_module
 from ._metadata import ShutdownRequest, format_time
 from ._settings import DEFAULT_URI
 
@@ -159,16 +150,11 @@ def request_shutdown(args: argparse.Namespace) -> int:
 
 
 def _press(conn: Any, name: str, uuid: str, *, agent: bool) -> None:
-    flags = SHUTDOWN_ACPI_POWER_BTN | (SHUTDOWN_GUEST_AGENT if agent else 0)
-    for attempt in (flags, SHUTDOWN_DEFAULT):
-        try:
-            _call(conn, ops.shutdown(uuid, attempt))
-        except LibvirtFailure as exc:
-            if exc.code in FLAGS_REJECTED and attempt != SHUTDOWN_DEFAULT:
-                continue
-            if exc.code not in (NO_DOMAIN, OPERATION_INVALID):
-                print(f"supervisor libvirt: {name}: shutdown request failed: {exc}", file=sys.stderr)
-        return
+    try:
+        _call(conn, ops.request_shutdown(uuid, ops.shutdown_flags(agent=agent)))
+    except LibvirtFailure as exc:
+        if exc.code not in FINAL:
+            print(f"supervisor libvirt: {name}: shutdown request failed: {exc}", file=sys.stderr)
 
 
 def cancel_shutdown(args: argparse.Namespace) -> int:

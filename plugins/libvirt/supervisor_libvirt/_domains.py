@@ -14,10 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._binding import (
+    AGENT_FAILED,
     DESTROY_GRACEFUL,
+    FLAGS_REJECTED,
     NO_DOMAIN,
+    SHUTDOWN_ACPI_POWER_BTN,
+    SHUTDOWN_DEFAULT,
+    SHUTDOWN_GUEST_AGENT,
     STATE_NAMES,
     LibvirtFailure,
+    failure,
     libvirt_module,
 )
 from ._metadata import KEY, NAMESPACE, ShutdownRequest
@@ -122,11 +128,63 @@ def describe_state(state_reason: tuple[int, int]) -> str:
     return STATE_NAMES.get(state_reason[0], f"state {state_reason[0]}")
 
 
-def shutdown(uuid: str, flags: int) -> Callable[[Any], None]:
-    def op(conn: Any) -> None:
-        lookup(conn, uuid).shutdownFlags(flags)
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """Which shutdown flags the driver took, and why others were refused."""
+
+    flags: int
+    refused: tuple[tuple[int, LibvirtFailure], ...] = ()  # (flags, why), in order
+
+
+def request_shutdown(uuid: str, flags: int) -> Callable[[Any], Accepted]:
+    """Ask the guest to shut down, falling back as the driver requires:
+    flags it rejects (the test driver and ACPI) to its default, a failed guest
+    agent to ACPI alone.  Other errors (gone, not running...) propagate."""
+
+    def op(conn: Any) -> Accepted:
+        libvirt = libvirt_module()
+        dom = lookup(conn, uuid)
+        current = flags
+        refused: list[tuple[int, LibvirtFailure]] = []
+        while True:
+            try:
+                dom.shutdownFlags(current)
+            except libvirt.libvirtError as exc:
+                problem = failure(exc)
+                fallback = fallback_flags(current, problem.code)
+                if fallback is None:
+                    raise
+                refused.append((current, problem))
+                current = fallback
+                continue
+            return Accepted(current, tuple(refused))
 
     return op
+
+
+def fallback_flags(flags: int, code: int) -> int | None:
+    """The flags to retry with after error ``code``; None: retrying won't help."""
+    if code in AGENT_FAILED and flags & SHUTDOWN_GUEST_AGENT:
+        return flags & ~SHUTDOWN_GUEST_AGENT or SHUTDOWN_ACPI_POWER_BTN
+    if code in FLAGS_REJECTED and flags != SHUTDOWN_DEFAULT:
+        return SHUTDOWN_DEFAULT
+    return None
+
+
+def shutdown_flags(*, agent: bool) -> int:
+    """ACPI power button, through the guest agent first if opted in."""
+    return SHUTDOWN_ACPI_POWER_BTN | (SHUTDOWN_GUEST_AGENT if agent else 0)
+
+
+def describe_flags(flags: int) -> str:
+    if flags == SHUTDOWN_DEFAULT:
+        return "driver default"
+    names = []
+    if flags & SHUTDOWN_GUEST_AGENT:
+        names.append("guest agent")
+    if flags & SHUTDOWN_ACPI_POWER_BTN:
+        names.append("ACPI power button")
+    return " or ".join(names)
 
 
 def destroy(uuid: str, *, graceful: bool) -> Callable[[Any], None]:

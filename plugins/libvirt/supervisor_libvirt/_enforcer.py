@@ -18,15 +18,8 @@ from collections.abc import Callable
 import trio
 
 from . import _domains as ops
-from ._binding import (
-    FLAGS_REJECTED,
-    NO_DOMAIN,
-    OPERATION_INVALID,
-    SHUTDOWN_ACPI_POWER_BTN,
-    SHUTDOWN_DEFAULT,
-    SHUTDOWN_GUEST_AGENT,
-    LibvirtFailure,
-)
+from ._actions import FINAL, destroy
+from ._binding import LibvirtFailure
 from ._connection import Hypervisor
 from ._domains import Domain
 from ._metadata import format_time
@@ -34,9 +27,10 @@ from ._settings import LibvirtSettings
 
 __all__ = ["Enforcer"]
 
-# A graceful destroy gives up after about 15 s; bound the whole attempt so a
-# hung daemon cannot pin a domain as "in progress" for ever.
-_DESTROY_TIMEOUT = 40.0
+# A graceful destroy gives up after about 15 s, a plain one after 40 s; bound
+# the whole attempt so a hung daemon cannot pin a domain "in progress" for ever.
+_GRACEFUL_DESTROY_TIMEOUT = 20.0
+_DESTROY_TIMEOUT = 60.0
 
 
 class Enforcer:
@@ -98,51 +92,41 @@ class Enforcer:
                 nursery.start_soon(self._destroy, domain, now - due)
 
     async def _request(self, domain: Domain, left: float) -> None:
+        flags = ops.shutdown_flags(agent=domain.request.guest_agent)
         try:
-            flags = SHUTDOWN_ACPI_POWER_BTN | (SHUTDOWN_GUEST_AGENT if domain.request.guest_agent else 0)
-            for attempt_flags in (flags, SHUTDOWN_DEFAULT):
-                try:
-                    await self.hv.call(ops.shutdown(domain.uuid, attempt_flags))
-                except LibvirtFailure as exc:
-                    if exc.code in FLAGS_REJECTED and attempt_flags != SHUTDOWN_DEFAULT:
-                        continue
-                    if exc.code not in (NO_DOMAIN, OPERATION_INVALID) and not exc.connection_lost:
-                        self.log.warning("enforcer: %s: shutdown request failed: %s", domain.name, exc)
-                    return
-                self.log.info("enforcer: %s: shutdown requested, %.1fs of its grace left", domain.name, left)
-                return
+            await self.hv.call(ops.request_shutdown(domain.uuid, flags))
+        except LibvirtFailure as exc:
+            if exc.code not in FINAL and not exc.connection_lost:
+                self.log.warning("enforcer: %s: shutdown request failed: %s", domain.name, exc)
+        else:
+            self.log.info("enforcer: %s: shutdown requested, %.1fs of its grace left", domain.name, left)
         finally:
             self.busy.discard(domain.uuid)
 
     async def _destroy(self, domain: Domain, overdue: float) -> None:
-        requested = domain.request.requested_at or 0.0
+        requested = format_time(domain.request.requested_at or 0.0)
+        self.log.warning(
+            "enforcer: %s: shutdown requested at %s, grace over %.1fs ago; destroying it",
+            domain.name,
+            requested,
+            overdue,
+        )
         try:
-            self.log.warning(
-                "enforcer: %s: shutdown requested at %s, grace over %.1fs ago; destroying it",
-                domain.name,
-                format_time(requested),
-                overdue,
-            )
             with trio.move_on_after(_DESTROY_TIMEOUT) as scope:
-                for graceful in (True, False):
-                    try:
-                        await self.hv.call(ops.destroy(domain.uuid, graceful=graceful))
-                    except LibvirtFailure as exc:
-                        if exc.code in (NO_DOMAIN, OPERATION_INVALID):
-                            return  # it went away on its own
-                        self.log.warning(
-                            "enforcer: %s: destroy%s failed: %s",
-                            domain.name,
-                            " (graceful)" if graceful else "",
-                            exc,
-                        )
-                        if exc.connection_lost:
-                            return  # the next pass tries again
-                        continue
-                    self.destroyed.append(domain.name)
-                    self.log.info("enforcer: %s: destroyed", domain.name)
-                    return
+                until = trio.current_time() + _GRACEFUL_DESTROY_TIMEOUT
+                graceful_error = await destroy(self.hv, domain.uuid, graceful_until=until)
+                if graceful_error is not None:
+                    self.log.warning(
+                        "enforcer: %s: graceful destroy failed (%s); destroyed it plainly",
+                        domain.name,
+                        graceful_error,
+                    )
+                self.destroyed.append(domain.name)
+                self.log.info("enforcer: %s: destroyed", domain.name)
             if scope.cancelled_caught:
                 self.log.warning("enforcer: %s: destroy did not finish in %.0fs", domain.name, _DESTROY_TIMEOUT)
+        except LibvirtFailure as exc:
+            if exc.code not in FINAL:  # FINAL: it went away on its own
+                self.log.warning("enforcer: %s: destroy failed: %s", domain.name, exc)
         finally:
             self.busy.discard(domain.uuid)

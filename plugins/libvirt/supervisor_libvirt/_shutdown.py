@@ -24,17 +24,8 @@ import trio
 from supervisor import Deadline, Timeline
 
 from . import _domains as ops
-from ._binding import (
-    AGENT_FAILED,
-    FLAGS_REJECTED,
-    NO_DOMAIN,
-    OPERATION_INVALID,
-    SHUTDOWN_ACPI_POWER_BTN,
-    SHUTDOWN_DEFAULT,
-    SHUTDOWN_GUEST_AGENT,
-    SYSTEM_ERROR,
-    LibvirtFailure,
-)
+from ._actions import FINAL, destroy
+from ._binding import NO_DOMAIN, OPERATION_INVALID, LibvirtFailure
 from ._connection import Hypervisor
 from ._domains import Domain
 from ._settings import LibvirtSettings
@@ -246,34 +237,29 @@ class DomainShutdown:
 
     async def _press_repeatedly(self) -> None:
         name = self.domain.name
-        flags = SHUTDOWN_ACPI_POWER_BTN | (SHUTDOWN_GUEST_AGENT if self.agent else 0)
+        flags = ops.shutdown_flags(agent=self.agent)
         while True:
             self.requested = True
             try:
-                await self.hv.call(ops.shutdown(self.domain.uuid, flags))
+                accepted = await self.hv.call(ops.request_shutdown(self.domain.uuid, flags))
             except LibvirtFailure as exc:
-                if exc.code in FLAGS_REJECTED and flags != SHUTDOWN_DEFAULT:
-                    self.log.info(
-                        "%s: the driver rejects shutdown flags %d (%s); using its default",
-                        name,
-                        flags,
-                        exc,
-                    )
-                    flags = SHUTDOWN_DEFAULT
-                    continue
-                if exc.code in AGENT_FAILED and flags & SHUTDOWN_GUEST_AGENT:
-                    self.log.warning("%s: guest agent failed (%s); using ACPI only", name, exc)
-                    flags = SHUTDOWN_ACPI_POWER_BTN
-                    continue
-                if exc.code in (NO_DOMAIN, OPERATION_INVALID):
+                if exc.code in FINAL:
                     return  # gone or no longer running: the waiter's poll sees it
-                if not exc.connection_lost:  # a lost connection is reported once, by the hypervisor
+                if not exc.connection_lost:  # a lost connection is reported once, by hv
                     self.log.warning("%s: shutdown request failed: %s", name, exc)
                 await trio.sleep(min(self.settings.resend_interval, self.hv.retry_interval))
                 continue
+            for refused_flags, why in accepted.refused:
+                self.log.info(
+                    "%s: the driver refused %s (%s); falling back",
+                    name,
+                    ops.describe_flags(refused_flags),
+                    why,
+                )
+            flags = accepted.flags
             self.presses += 1
             if self.presses == 1:
-                self.log.info("%s: shutdown requested (%s)", name, _flag_names(flags))
+                self.log.info("%s: shutdown requested (%s)", name, ops.describe_flags(flags))
             else:
                 self.log.info("%s: still running; shutdown request %d", name, self.presses)
             await trio.sleep(self.settings.resend_interval)
@@ -309,44 +295,26 @@ class DomainShutdown:
             self._elapsed(),
             self.presses,
         )
-        graceful_error: LibvirtFailure | None = None
+        # Half of what is left for the graceful destroy, the rest for the plain one.
+        now = trio.current_time()
+        graceful_until = now + max(0.0, self._hooks_end() - now) / 2
         try:
-            # Half of what is left for the graceful destroy (QEMU gets SIGTERM
-            # and flushes its disks), the rest for the plain one (SIGKILL).
-            now = trio.current_time()
-            with trio.move_on_at(now + max(0.0, self._hooks_end() - now) / 2):
-                await self.hv.call(ops.destroy(self.domain.uuid, graceful=True))
-                return Result(DESTROYED, f"after {self._summary()}")
-            graceful_error = LibvirtFailure("graceful destroy did not finish in time")
+            graceful_error = await destroy(self.hv, self.domain.uuid, graceful_until=graceful_until)
         except LibvirtFailure as exc:
-            result = await self._destroy_error(exc)
-            if result is not None:
-                return result
-            graceful_error = exc
-        self.log.warning("%s: graceful destroy failed: %s; destroying it plainly", name, graceful_error)
-        failure: LibvirtFailure | None = None
-        try:
-            await self.hv.call(ops.destroy(self.domain.uuid, graceful=False))
-        except LibvirtFailure as exc:
-            failure = exc
-        if failure is not None:
-            result = await self._destroy_error(failure)
-            if result is not None:
-                return result
-            self.log.error("%s: destroy failed: %s", name, failure)
-            return Result(FAILED, f"destroy failed: {failure}")
+            return self._destroy_failed(exc)
+        if graceful_error is None:
+            return Result(DESTROYED, f"after {self._summary()}")
+        self.log.warning("%s: graceful destroy failed (%s); destroyed it plainly", name, graceful_error)
         return Result(DESTROYED, f"after {self._summary()}; graceful destroy failed: {graceful_error}")
 
-    async def _destroy_error(self, exc: LibvirtFailure) -> Result | None:
-        """The outcome a destroy error implies, or None to try harder."""
+    def _destroy_failed(self, exc: LibvirtFailure) -> Result:
         if exc.code == NO_DOMAIN:
             return Result(GONE, f"vanished after {self._summary()}")
         if exc.code == OPERATION_INVALID:
             # Not running: it shut down on its own just before the destroy.
             return Result(SHUT_DOWN, self._summary())
-        if exc.code != SYSTEM_ERROR and not exc.connection_lost:
-            self.log.warning("%s: destroy: %s", self.domain.name, exc)
-        return None
+        self.log.error("%s: destroy failed: %s", self.domain.name, exc)
+        return Result(FAILED, f"destroy failed: {exc}")
 
     def _elapsed(self) -> str:
         return f"{trio.current_time() - self.started:.1f}s"
@@ -354,14 +322,3 @@ class DomainShutdown:
     def _summary(self) -> str:
         presses = f"{self.presses} request{'s' if self.presses != 1 else ''}"
         return f"{presses}, {self._elapsed()}"
-
-
-def _flag_names(flags: int) -> str:
-    if flags == SHUTDOWN_DEFAULT:
-        return "driver default"
-    names = []
-    if flags & SHUTDOWN_ACPI_POWER_BTN:
-        names.append("ACPI power button")
-    if flags & SHUTDOWN_GUEST_AGENT:
-        names.append("guest agent")
-    return " or ".join(names)

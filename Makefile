@@ -46,9 +46,13 @@ lint: $(DEV_STAMP)
 
 typecheck: lint
 
+# Lint and type errors fail the run, but only after the tests have run, so
+# one stray long line does not hide the state of the whole suite.
 test: $(DEV_STAMP)
-	$(MAKE) --no-print-directory lint
-	$(VENV)/bin/pytest -n 2 --dist loadgroup -p no:cacheprovider tests $(wildcard plugins/*/tests) examples/plugins
+	@status=0; \
+	$(VENV)/bin/pytest -n 2 --dist loadgroup -p no:cacheprovider tests $(wildcard plugins/*/tests) $(wildcard examples/plugins/*/tests) || status=$$?; \
+	$(MAKE) --no-print-directory lint || status=1; \
+	exit $$status
 
 demo: $(DEV_STAMP)
 	@examples/demo.sh

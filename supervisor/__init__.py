@@ -25,10 +25,12 @@ if TYPE_CHECKING:
     from .config import Position as Position
     from .config import ProcessSpec as ProcessSpec
     from .config import Settings as Settings
+    from .hookspec import SKIP as SKIP
     from .hookspec import hookimpl as hookimpl
 
 _EXPORTS = {
     "hookimpl": ".hookspec",
+    "SKIP": ".hookspec",
     "Context": "._context",
     "ProcessInfo": "._context",
     "Deadline": "._deadline",
@@ -50,6 +52,7 @@ __all__ = [
     "ExitStatus",
     "Position",
     "ProcessInfo",
+    "SKIP",
     "ProcessSpec",
     "Settings",
     "Step",

@@ -51,6 +51,7 @@ _RUN_COMMAND = "run"
 def main() -> NoReturn:
     """Console-script entry point."""
     caller_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+    _reset_ignored_signals()
     args = sys.argv[1:]
     if args and not args[0].startswith("-") and args[0] != _RUN_COMMAND:
         # check, plugins, help, plugin subcommands: an ordinary program.
@@ -59,6 +60,18 @@ def main() -> NoReturn:
 
         sys.exit(cli_main(args))
     sys.exit(InitLayer(args, inherited_fds=_inherited_fds()).run())
+
+
+def _reset_ignored_signals() -> None:
+    """Ignored dispositions survive exec: a caller's ``nohup`` or ``trap ''``
+    would otherwise reach every process we start.  Children start with
+    default dispositions (SIGPIPE and SIGXFSZ, which Python itself ignores,
+    are restored by subprocess).  glibc reserves 32 and 33; they cannot be
+    changed from Python and are left as inherited."""
+    keep = {signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ}
+    for signo in signal.valid_signals():
+        if signo not in keep and signal.getsignal(signo) == signal.SIG_IGN:
+            signal.signal(signo, signal.SIG_DFL)
 
 
 def _inherited_fds() -> tuple[int, ...]:

@@ -24,6 +24,7 @@ import pluggy
 import trio
 
 from . import hookspec
+from .hookspec import SKIP
 from ._context import Context, ProcessInfo
 from ._deadline import Deadline
 from ._timeline import Timeline
@@ -32,6 +33,7 @@ from .config import Config, ConfigError, Problem, Settings
 __all__ = ["ENTRY_POINT_GROUP", "PluginHost"]
 
 ENTRY_POINT_GROUP = "supervisor.plugins"
+SKIPPED = "skipped"
 HOOK_TIMEOUT_KEY = "hook_timeout"
 
 # Hooks that run outside the shutdown plan get this long unless the plugin's
@@ -281,6 +283,8 @@ class PluginHost:
             step.outcome = await self._guarded(
                 plugin.name, hook_name, call, arguments, impl.argnames, deadline, timeout, step
             )
+        if step.outcome == SKIPPED:
+            ctx.timeline.discard(step)
 
     async def _guarded(
         self,
@@ -298,11 +302,12 @@ class PluginHost:
         scope_cm: AbstractContextManager[trio.CancelScope] = (
             deadline.scope(timeout=timeout) if deadline is not None else trio.move_on_after(timeout)
         )
+        result: object = None
         with scope_cm as scope:
             try:
                 result = call(*[arguments[a] for a in argnames])
                 if inspect.isawaitable(result):
-                    await result
+                    result = await result
             except Exception as exc:
                 hook_log.error("%s failed: %s: %s", hook_name, type(exc).__name__, exc, exc_info=exc)
                 if step is not None:
@@ -319,4 +324,4 @@ class PluginHost:
             else:
                 hook_log.warning("%s timed out", hook_name)
             return "timeout"
-        return "ok"
+        return SKIPPED if result is SKIP else "ok"

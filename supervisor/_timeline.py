@@ -63,16 +63,20 @@ class Timeline:
         self.steps.append(record)
         try:
             yield record
-        except trio.Cancelled:
-            if record.outcome == "ok":
-                record.outcome = "cancelled"
-            raise
         except BaseException as exc:
-            record.outcome = "error"
-            record.detail = record.detail or f"{type(exc).__name__}: {exc}"
+            if _is_cancellation(exc):
+                if record.outcome == "ok":
+                    record.outcome = "cancelled"
+            else:
+                record.outcome = "error"
+                record.detail = record.detail or f"{type(exc).__name__}: {exc}"
             raise
         finally:
             record.duration = trio.current_time() - self.origin - record.start
+
+    def discard(self, step: Step) -> None:
+        """Forget a step that turned out to be nothing worth showing."""
+        self.steps.remove(step)
 
     def render(self) -> list[str]:
         """Aligned text lines, one per step, in the order the steps started."""
@@ -89,6 +93,14 @@ class Timeline:
 
     def as_json(self) -> list[dict[str, object]]:
         return [s.as_dict() for s in sorted(self.steps, key=lambda s: s.start)]
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    """trio.Cancelled, also when a nursery inside the step wrapped it in an
+    exception group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_cancellation(inner) for inner in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
 
 
 def _label(step: Step) -> str:

@@ -28,6 +28,8 @@ How hooks run
 * Shutdown hooks receive the plan's ``deadline`` (``supervisor.Deadline``):
   read ``deadline.remaining_for_hooks()`` before choosing a wait of your own,
   and call ``deadline.shorten(...)`` if you learn the real one.
+* Return ``supervisor.SKIP`` from a hook that had nothing to do, to keep it
+  out of the timeline.
 * ``ctx`` (``supervisor.Context``) is your plugin's view: its parsed settings,
   a logger named after it, the supervised processes, the timeline.
 """
@@ -45,9 +47,20 @@ if TYPE_CHECKING:
     from ._status import ExitStatus
     from .config import Config, Settings
 
-__all__ = ["PROJECT", "hookimpl", "hookspec"]
+__all__ = ["PROJECT", "SKIP", "hookimpl", "hookspec"]
 
 PROJECT = "supervisor"
+
+
+class _Skip:
+    def __repr__(self) -> str:
+        return "supervisor.SKIP"
+
+
+SKIP = _Skip()
+"""Return this from a hook that had nothing to do this time (an ``exec``
+plugin with no command for the phase, say): the call is left out of the
+shutdown timeline instead of showing up as an empty ``ok`` step."""
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 

@@ -27,7 +27,9 @@ BAD_INVOCATIONS = [
 ]
 
 
-@pytest.mark.parametrize(("args", "message"), BAD_INVOCATIONS, ids=[" ".join(a) or "(none)" for a, _ in BAD_INVOCATIONS])
+@pytest.mark.parametrize(
+    ("args", "message"), BAD_INVOCATIONS, ids=[" ".join(a) or "(none)" for a, _ in BAD_INVOCATIONS]
+)
 def test_bad_input_is_one_clear_line_and_exit_2(args: list[str], message: str) -> None:
     status, sup = run(args)
     assert status == 2, sup.output
@@ -67,7 +69,8 @@ def test_bad_configuration_starts_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "started"
     config = tmp_path / "deploy.yaml"
     config.write_text(
-        f"processes:\n  - name: a\n    command: [touch, {marker}]\n  - name: b\n    command: [true]\n    stop_signal: SIGFOO\n"
+        f"processes:\n  - name: a\n    command: [touch, {marker}]\n"
+        "  - name: b\n    command: [true]\n    stop_signal: SIGFOO\n"
     )
     status, sup = run(["-c", str(config), "--", "true"])
     assert status == 2
@@ -90,5 +93,5 @@ def test_check_prints_a_plan_and_fails_on_budget(tmp_path: Path) -> None:
     assert status == 0, sup.output
     text = "\n".join(sup.stdout_lines)
     assert text.index("db") < text.index("app")  # start order
-    stop_part = text[text.index("Shutdown"):]
+    stop_part = text[text.index("Shutdown") :]
     assert stop_part.index("app") < stop_part.index("db")  # stop order

@@ -103,3 +103,18 @@ async def test_timeline_records_outcomes(autojump_clock: trio.testing.MockClock)
     text = timeline.render()
     assert "sleep: sleep" in text[0] and text[0].rstrip().endswith("ok")
     assert "ValueError: boom" in text[2]
+
+
+async def test_cancellation_wrapped_by_a_nursery_is_recorded_as_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    timeline = Timeline()
+
+    async def wait() -> None:
+        await trio.sleep(10)
+
+    with trio.move_on_after(1), timeline.step("pre_stop", "two waits", plugin="exec"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            nursery.start_soon(wait)
+    assert timeline.steps[0].outcome == "cancelled"

@@ -94,6 +94,13 @@ PLUGINS = {
         async def supervisor_pre_stop(ctx, deadline):
             await trio.sleep_forever()
     """,
+    "quiet": """
+        from supervisor import SKIP, hookimpl
+
+        @hookimpl
+        async def supervisor_pre_stop(ctx, deadline):
+            return SKIP
+    """,
     "broken": """
         raise ImportError("this plugin is broken on purpose")
     """,
@@ -174,7 +181,7 @@ def test_pre_stop_hooks_run_concurrently(plugin_path: Path, tmp_path: Path) -> N
 
 
 def test_failing_and_hanging_hooks_do_not_block_the_others(plugin_path: Path, tmp_path: Path) -> None:
-    plugins = "recorder: {}\nraises: {}\nsync_raises: {}\nhangs: {hook_timeout: 1s}\n"
+    plugins = "recorder: {}\nraises: {}\nsync_raises: {}\nhangs: {hook_timeout: 1s}\nquiet: {}\n"
     config = _config(tmp_path, plugins)
     with Supervisor(["-c", config, "--", "sleep", "30"], env=_env(plugin_path, tmp_path)) as sup:
         sup.wait_for("started sleep")

@@ -216,3 +216,40 @@ def test_settings_readers_never_raise(folder: Path, value: object) -> None:
     for problem in section.problems:
         assert problem.position is not None
         assert "plugins.p" in problem.message
+
+
+@st.composite
+def dependency_graphs(draw: st.DrawFn) -> list[dict[str, object]]:
+    """Valid process lists: each process depends only on processes listed before it."""
+    count = draw(st.integers(min_value=1, max_value=8))
+    names = [f"p{i}" for i in range(count)]
+    processes: list[dict[str, object]] = []
+    for index, name in enumerate(names):
+        deps = draw(st.lists(st.sampled_from(names[:index]), unique=True)) if index else []
+        timeout = draw(st.one_of(st.none(), st.integers(min_value=0, max_value=20)))
+        process: dict[str, object] = {"name": name, "command": ["x"], "depends_on": deps}
+        if timeout is not None:
+            process["stop_timeout"] = f"{timeout}s"
+        processes.append(process)
+    order = draw(st.permutations(processes))
+    return list(order)
+
+
+@settings(max_examples=150, **FAST)
+@given(dependency_graphs(), st.integers(min_value=1, max_value=100))
+def test_levels_respect_dependencies(folder: Path, processes: list[dict[str, object]], grace: int) -> None:
+    config = _load_bytes(folder, _dump({"grace_period": grace, "processes": processes}))
+    assert config is not None
+    levels = start_levels(config)
+    level_of = {p.name: number for number, level in enumerate(levels) for p in level}
+    file_order = [p.name for p in config.processes]
+    for number, level in enumerate(levels):
+        assert level, "no empty level"
+        names = [p.name for p in level]
+        assert names == sorted(names, key=file_order.index), "file order within a level"
+        for process in level:
+            assert all(level_of[dep] < number for dep in process.depends_on)
+            if number:
+                assert any(level_of[dep] == number - 1 for dep in process.depends_on), "as early as possible"
+    worst = sum(max((p.stop_timeout or 0.0) for p in level) for level in levels)
+    assert bool(budget_problems(config)) == (worst > grace)

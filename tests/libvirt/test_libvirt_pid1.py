@@ -1,8 +1,11 @@
 """End to end: ``supervisor`` as PID 1 supervising libvirtd, guests running.
 
-On SIGTERM the plugin shuts the guests down in libvirtd's
+While it runs, an operator's ``supervisor libvirt request-shutdown`` is
+enforced: the stubborn guest is destroyed once its grace has passed.  On
+SIGTERM the plugin shuts the selected guests down in libvirtd's
 before_process_stop, before libvirtd gets its own SIGTERM (which would leave
-QEMU running), and the timeline shows one step per guest.
+QEMU running), and the timeline shows one step per guest; the QEMU of a guest
+the plugin leaves alone outlives libvirtd and is swept by the PID-1 layer.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import contextlib
 import json
 import re
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +24,7 @@ import pytest
 from tests.libvirt.lv_daemon import Libvirtd, kill_qemu_under
 from tests.libvirt.lv_guestimage import GuestImage
 from tests.libvirt.lv_guests import Guests
-from tests.pid1 import Supervisor
+from tests.pid1 import SUPERVISOR, Supervisor
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.xdist_group("libvirt")]
 
@@ -48,7 +52,7 @@ def pod_config(daemon: Libvirtd) -> dict[str, Any]:
                 "domains": ["pid1-*"],
                 "shutdown_timeout": "6s",
                 "resend_interval": "2s",
-                "enforcer": False,
+                "enforcer": {"resync_interval": "500ms", "grace": "1m"},
             }
         },
     }
@@ -65,18 +69,38 @@ def test_supervisor_shuts_guests_down_before_it_stops_libvirtd(tmp_path: Path, g
             guests = Guests(libvirt.open(daemon.uri), guest_image, daemon.base / "console")
             guests.start("pid1-graceful", "graceful")
             guests.start("pid1-stubborn", "stubborn")
-            guests.wait_ready("pid1-graceful", "pid1-stubborn")
+            guests.start("pid1-requested", "stubborn")
+            guests.start("left-behind", "stubborn")  # not selected by the plugin
+            guests.wait_ready("pid1-graceful", "pid1-stubborn", "pid1-requested", "left-behind")
+
+            request = [SUPERVISOR, "libvirt", "request-shutdown", "pid1-requested"]
+            operator = subprocess.run(
+                [*request, "--uri", daemon.uri, "--grace", "2s"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            assert operator.returncode == 0, operator.stderr
+            assert operator.stdout.startswith("pid1-requested: shutdown requested at ")
+            sup.wait_for(r"enforcer: pid1-requested: destroyed", timeout=20)
+            assert guests.state("pid1-requested") is None
+
             sup.signal(signal.SIGTERM)
             code = sup.wait(45)
         output = sup.output
         assert code == 128 + signal.SIGTERM, output  # the main process's status
-        assert re.search(r"before_process_stop\s+libvirt: domain pid1-graceful\s+shut down", output), output
-        assert re.search(r"before_process_stop\s+libvirt: domain pid1-stubborn\s+destroyed", output), output
+        step = r"before_process_stop\s+libvirt: domain"
+        assert re.search(rf"{step} pid1-graceful\s+shut down", output), output
+        assert re.search(rf"{step} pid1-stubborn\s+destroyed", output), output
+        assert not re.search(rf"{step} (pid1-requested|left-behind)", output), output
         # The guests went before libvirtd was stopped: their steps start earlier.
         lines = output.splitlines()
         guest_steps = [i for i, line in enumerate(lines) if "libvirt: domain pid1-" in line]
         libvirtd_stop = [i for i, line in enumerate(lines) if re.search(r"\bstop\s+libvirtd\b", line)]
         assert guest_steps and libvirtd_stop and max(guest_steps) < min(libvirtd_stop), output
+        # The unselected guest's QEMU outlived libvirtd: the PID-1 layer swept it.
+        assert re.search(r"sweeping 1 leftover process", output), output
         assert "guest: powering off" in guests.output("pid1-graceful")
     finally:
         if guests is not None:

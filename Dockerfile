@@ -25,15 +25,20 @@ ARG PLUGINS=""
 # A CA bundle for pip behind a TLS-intercepting proxy, mounted by
 # tools/build-image.sh for the RUN steps only (it never enters a layer).
 ARG PIP_CERT=""
-ENV PLUGINS=${PLUGINS} PYTHONDONTWRITEBYTECODE=1
+ENV PYTHONDONTWRITEBYTECODE=1
 COPY tools/image/stage.sh /usr/local/lib/pid1-supervisor/stage.sh
 RUN /usr/local/lib/pid1-supervisor/stage.sh build-deps
 # The dependencies first, from pyproject.toml alone, so that editing the
 # sources does not recompile python-prctl.
+# pip's cache (wheels built from sdists: python-prctl, libvirt-python) lives in
+# a cache mount, outside every layer, so that a change to the sources does not
+# compile them again either.
 COPY pyproject.toml /src/pyproject.toml
-RUN /usr/local/lib/pid1-supervisor/stage.sh core-deps /src
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    /usr/local/lib/pid1-supervisor/stage.sh core-deps /src
 COPY . /src
-RUN /usr/local/lib/pid1-supervisor/stage.sh install /src
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    /usr/local/lib/pid1-supervisor/stage.sh install /src
 
 # --------------------------------------------------------------------------
 # runtime: the base, shared libraries, the venv -- no compilers, no sources
@@ -42,7 +47,7 @@ FROM ${BASE_IMAGE} AS runtime
 ARG PLUGINS=""
 ARG VERSION=unknown
 COPY tools/image/stage.sh /usr/local/lib/pid1-supervisor/stage.sh
-RUN PLUGINS="${PLUGINS}" /usr/local/lib/pid1-supervisor/stage.sh runtime-deps \
+RUN /usr/local/lib/pid1-supervisor/stage.sh runtime-deps \
     && rm -rf /usr/local/lib/pid1-supervisor
 COPY --from=build /opt/supervisor /opt/supervisor
 

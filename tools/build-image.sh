@@ -35,7 +35,8 @@ command -v "${PODMAN:-podman}" >/dev/null || {
 if [[ ${LOCAL_BASE:-0} == 1 ]]; then
     BASE_IMAGE=$("$here/local-base.sh")
 fi
-base=${BASE_IMAGE:-python:3.12-slim-bookworm}
+# Fully qualified, so that podman never asks which registry "python" means.
+base=${BASE_IMAGE:-docker.io/library/python:3.12-slim-bookworm}
 image=${IMAGE:-localhost/pid1-supervisor}
 plugins=${PLUGINS:-}
 version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/pyproject.toml" | head -n 1)

@@ -45,9 +45,7 @@ class PodmanError(AssertionError):
     """A podman command failed; the message has its output."""
 
 
-def podman(
-    *args: str, check: bool = True, timeout: float = _COMMAND_TIMEOUT
-) -> subprocess.CompletedProcess[str]:
+def podman(*args: str, check: bool = True, timeout: float = _COMMAND_TIMEOUT) -> subprocess.CompletedProcess[str]:
     """Run ``tools/podman ARGS``; output is captured as text."""
     result = subprocess.run(
         [str(PODMAN), *args],
@@ -59,8 +57,7 @@ def podman(
     )
     if check and result.returncode != 0:
         raise PodmanError(
-            f"podman {' '.join(args)} exited {result.returncode}\n"
-            f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+            f"podman {' '.join(args)} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         )
     return result
 
@@ -83,9 +80,7 @@ def build_ca_bundle() -> Path | None:
 
     The same choice as ``tools/build-image.sh`` makes, for the derived image.
     """
-    candidates = [
-        os.environ.get(v, "") for v in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
-    ]
+    candidates = [os.environ.get(v, "") for v in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")]
     candidates += ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"]
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
@@ -128,35 +123,39 @@ def _run_tool(argv: Sequence[str], env: dict[str, str], log: Path) -> str:
     return result.stdout.strip()
 
 
-def build_image() -> BuiltImage:
+def build_image(plugins: Sequence[str] = ()) -> BuiltImage:
     """The local base (cached tarball) and the project's image from the
-    working tree.  Podman's layer cache makes an unchanged tree a matter of
-    seconds, and any change to a file in the build context rebuilds from
-    that ``COPY`` on."""
+    working tree, with the optional ``plugins``.
+
+    Podman's layer cache makes an unchanged tree a matter of seconds, and any
+    change to a file in the build context rebuilds from that ``COPY`` on.
+    """
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "ARTIFACTS": str(ARTIFACTS)}
     base = _run_tool([str(TOOLS / "local-base.sh")], env, ARTIFACTS / "local-base.log")
-    previous = image_id(f"{IMAGE}:latest")
+    name = "-".join([IMAGE, *plugins])
+    previous = image_id(f"{name}:latest")
     report = _run_tool(
         [str(TOOLS / "build-image.sh"), "--label", LABEL],
-        {**env, "BASE_IMAGE": base, "IMAGE": IMAGE, "PLUGINS": ""},
-        ARTIFACTS / "image-build.log",
+        {**env, "BASE_IMAGE": base, "IMAGE": name, "PLUGINS": " ".join(plugins)},
+        ARTIFACTS / f"image-build{'-' if plugins else ''}{'-'.join(plugins)}.log",
     )
-    current = image_id(f"{IMAGE}:latest")
+    current = image_id(f"{name}:latest")
     if previous and previous != current:
         # The image of an older tree: nothing refers to it any more.
         podman("rmi", previous, check=False)
-    return BuiltImage(name=f"{IMAGE}:latest", base=base, size_report=report)
+    return BuiltImage(name=f"{name}:latest", base=base, size_report=report)
+
+
+def installed_plugins(listing: str) -> set[str]:
+    """Plugin names from ``supervisor plugins``: ``NAME  (DISTRIBUTION VERSION)`` lines."""
+    return set(re.findall(r"^(\S+)\s+\(\S+ [^)]*\)$", listing, re.MULTILINE))
 
 
 def build_derived_image(base: BuiltImage, dockerfile: Path, context: Path) -> str:
     """``podman build`` of a user's image ``FROM`` the project's image."""
     ca = build_ca_bundle()
-    ca_args = (
-        ["--volume", f"{ca}:/run/build-ca.crt:ro", "--build-arg", "PIP_CERT=/run/build-ca.crt"]
-        if ca
-        else []
-    )
+    ca_args = ["--volume", f"{ca}:/run/build-ca.crt:ro", "--build-arg", "PIP_CERT=/run/build-ca.crt"] if ca else []
     podman(
         "build",
         "--label",
@@ -210,9 +209,7 @@ class Container:
 
     def processes(self) -> list[tuple[int, str, str, int]]:
         """(pid, comm, state, ppid) of every process in the container."""
-        stats = self.exec(
-            "sh", "-c", "for f in /proc/[0-9]*/stat; do cat $f 2>/dev/null; done"
-        ).stdout
+        stats = self.exec("sh", "-c", "for f in /proc/[0-9]*/stat; do cat $f 2>/dev/null; done").stdout
         table = []
         for line in stats.splitlines():
             head, _, tail = line.rpartition(")")

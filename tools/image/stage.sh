@@ -16,7 +16,7 @@ VENV=${VENV:-/opt/supervisor}
 OPTIONAL_PLUGINS="kubernetes libvirt"
 PLUGINS=${PLUGINS:-}
 
-export DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 # An empty build arg would make pip look for a CA bundle named "".
 [ -n "${PIP_CERT:-}" ] || unset PIP_CERT
 # python-prctl's setup.py compares kernel versions as strings.
@@ -53,12 +53,16 @@ core_deps() {
     # Only the dependencies, read from pyproject.toml: this layer (and the
     # compiled python-prctl wheel in it) stays cached while the sources change.
     python3 -m venv "$VENV"
+    # The pip that came with the base's Python may predate building every
+    # sdist as a PEP 517 wheel (python-prctl has no pyproject.toml); derived
+    # images use this pip too.
+    "$VENV/bin/pip" install -q --upgrade pip
     python3 -c '
 import sys, tomllib
 with open(sys.argv[1], "rb") as f:
     print("\n".join(tomllib.load(f)["project"]["dependencies"]))
 ' "$1/pyproject.toml" >/tmp/core-requirements.txt
-    "$VENV/bin/pip" install -q --no-compile --use-pep517 -r /tmp/core-requirements.txt
+    "$VENV/bin/pip" install -q --no-compile -r /tmp/core-requirements.txt
     rm /tmp/core-requirements.txt
 }
 
@@ -82,7 +86,7 @@ install() {
         set -- "$@" "$dir"
     done
     echo "installing: $*"
-    "$VENV/bin/pip" install -q --no-compile --use-pep517 "$@"
+    "$VENV/bin/pip" install -q --no-compile "$@"
     # Compiled once here: a non-root user cannot write .pyc files into the
     # root-owned venv, and without them every start pays for compiling trio.
     # unchecked-hash: the files never change in the image, so skip the stat.

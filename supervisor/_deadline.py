@@ -16,13 +16,18 @@ from contextlib import contextmanager
 
 import trio
 
-__all__ = ["Deadline"]
+__all__ = ["Deadline", "reserve_for"]
 
 # Hooks stop this long before the escalation moment so that the plan can
 # still deliver stop signals and SIGKILL itself.  10% of the budget, at most
 # one second: a 2 s budget keeps 200 ms, a 30 s one keeps 1 s.
 _RESERVE_FRACTION = 0.1
 _RESERVE_MAX = 1.0
+
+
+def reserve_for(budget: float) -> float:
+    """How much of a ``budget`` the plan keeps for stop signals and SIGKILL."""
+    return min(_RESERVE_MAX, budget * _RESERVE_FRACTION)
 
 
 class Deadline:
@@ -38,7 +43,7 @@ class Deadline:
         self.started = now
         self.budget = budget
         self._at = now + budget
-        self.reserve = min(_RESERVE_MAX, budget * _RESERVE_FRACTION) if reserve is None else reserve
+        self.reserve = reserve_for(budget) if reserve is None else reserve
         self.reasons: list[str] = []
         # Scopes currently following the deadline: (scope, keeps the reserve,
         # its own fixed limit).  A list, not a weak set: scopes leave it when

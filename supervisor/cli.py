@@ -261,6 +261,10 @@ def main(args: Sequence[str]) -> int:
     try:
         ns = parser.parse_args(args)
         return int(ns.handler(ns))
+    except BrokenPipeError:
+        # `supervisor plugins | head`: the reader has all it wanted.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except UsageError as exc:
         return _usage_error(str(exc))
     except ConfigError as exc:

@@ -7,9 +7,9 @@ stop step, and the hooks that run in each phase.
 from __future__ import annotations
 
 import shlex
-import urllib.parse
 from collections.abc import Mapping, Sequence
 
+from .._redact import redact_url
 from .._units import format_duration, signal_name
 from ._model import Config, ProcessSpec, ReadyCheck
 from ._order import start_levels, stop_levels
@@ -112,20 +112,8 @@ def describe_ready(check: ReadyCheck) -> str:
         what = f"{target} accepts connections"
     else:
         assert isinstance(target, str)
-        what = f"GET {_redacted(target)} answers 2xx/3xx"
+        what = f"GET {redact_url(target)} answers 2xx/3xx"
     return f"ready when {what} (within {format_duration(check.timeout)})"
-
-
-def _redacted(url: str) -> str:
-    """The URL without its password: plans end up in CI logs and tickets."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        if parts.password is None:
-            return url
-    except ValueError:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]:
@@ -134,7 +122,7 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
     from .. import _deadline
 
     grace = config.grace_period
-    reserve = min(_deadline._RESERVE_MAX, grace * _deadline._RESERVE_FRACTION)
+    reserve = _deadline.reserve_for(grace)
     g = format_duration(grace)
     lines = [
         f"Shutdown plan (grace period {g}; SIGKILL escalation at {g}; hooks end {format_duration(reserve)} before it)"

@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlsplit
 
 import trio
 
+from supervisor._redact import redact_url
 from supervisor._units import format_duration, signal_name
 from supervisor.config._model import ReadyCheck
 from supervisor.config._ready import parse_tcp_address
@@ -67,7 +68,7 @@ def describe(check: ReadyCheck) -> str:
     if kind == "tcp":
         return f"tcp {_text(check)} accepts connections"
     if kind == "http":
-        return f"http GET {_redacted(_text(check))} answers 2xx/3xx"
+        return f"http GET {redact_url(_text(check))} answers 2xx/3xx"
     if kind == "exec":
         return f"exec `{shlex.join(_argv(check))}` exits 0"
     if kind == "file":
@@ -263,18 +264,6 @@ def _http_status(url: str, timeout: float) -> int:
         return connection.getresponse().status
     finally:
         connection.close()
-
-
-def _redacted(url: str) -> str:
-    """The URL without its password, for logs and plans."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-    except ValueError:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 @cache

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import trio
 
-from supervisor import Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
+from supervisor import SKIP, Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
 
 from ._run import Result, Runner
 from ._spec import PHASES, Command, ExecSettings, parse
@@ -55,35 +55,46 @@ def supervisor_configure(settings: Settings, config: Config) -> ExecSettings:
 
 
 @hookimpl
-async def supervisor_startup(ctx: Context) -> None:
-    await run_phase(ctx, "startup", None)
+async def supervisor_startup(ctx: Context) -> object:
+    return await _phase(ctx, "startup", None)
 
 
 @hookimpl
-async def supervisor_shutdown_started(ctx: Context, deadline: Deadline) -> None:
-    await run_phase(ctx, "shutdown_started", deadline)
+async def supervisor_shutdown_started(ctx: Context, deadline: Deadline) -> object:
+    return await _phase(ctx, "shutdown_started", deadline)
 
 
 @hookimpl
-async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
-    await run_phase(ctx, "pre_stop", deadline)
+async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> object:
+    return await _phase(ctx, "pre_stop", deadline)
 
 
 @hookimpl
-async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> None:
-    await run_phase(ctx, "before_process_stop", deadline, process)
+async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> object:
+    return await _phase(ctx, "before_process_stop", deadline, process)
 
 
 @hookimpl
 async def supervisor_after_process_stop(
     ctx: Context, deadline: Deadline, process: ProcessInfo, status: ExitStatus
-) -> None:
-    await run_phase(ctx, "after_process_stop", deadline, process, status)
+) -> object:
+    return await _phase(ctx, "after_process_stop", deadline, process, status)
 
 
 @hookimpl
-async def supervisor_post_stop(ctx: Context, deadline: Deadline) -> None:
-    await run_phase(ctx, "post_stop", deadline)
+async def supervisor_post_stop(ctx: Context, deadline: Deadline) -> object:
+    return await _phase(ctx, "post_stop", deadline)
+
+
+async def _phase(
+    ctx: Context,
+    phase: str,
+    deadline: Deadline | None,
+    process: ProcessInfo | None = None,
+    status: ExitStatus | None = None,
+) -> object:
+    """A phase hook's body: nothing configured for it keeps it out of the timeline."""
+    return None if await run_phase(ctx, phase, deadline, process, status) else SKIP
 
 
 async def run_phase(

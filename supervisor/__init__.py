@@ -45,6 +45,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "SKIP",
     "Config",
     "ConfigError",
     "Context",
@@ -52,7 +53,6 @@ __all__ = [
     "ExitStatus",
     "Position",
     "ProcessInfo",
-    "SKIP",
     "ProcessSpec",
     "Settings",
     "Step",

@@ -24,11 +24,11 @@ import pluggy
 import trio
 
 from . import hookspec
-from .hookspec import SKIP
 from ._context import Context, ProcessInfo
 from ._deadline import Deadline
 from ._timeline import Timeline
 from .config import Config, ConfigError, Problem, Settings
+from .hookspec import SKIP
 
 __all__ = ["ENTRY_POINT_GROUP", "PluginHost"]
 

@@ -1,0 +1,157 @@
+"""The run's shared state: the probe binary, a scratch directory, the subjects,
+and one way to start an init under test with the probe as its main process."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._sandbox import Channel, Sandbox
+from ._subjects import OURS, RunSpec, Subject
+
+__all__ = ["Bench", "build_probe"]
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+
+def build_probe(directory: Path) -> Path:
+    """Compile probe.c (a second or less) into ``directory``."""
+    source = HERE / "probe.c"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    binary = directory / f"probe-{digest}"
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        raise RuntimeError("no C compiler (gcc) to build the benchmark probe; `make bench` installs it")
+    subprocess.run([compiler, "-O2", "-Wall", "-o", str(binary), str(source)], check=True)
+    return binary
+
+
+@dataclass
+class Bench:
+    """One benchmark run; ``smoke`` shrinks every scenario to a tiny size."""
+
+    workdir: Path
+    probe: Path
+    subjects: list[Subject]
+    smoke: bool = False
+    verbose: bool = True
+    _counter: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    @contextlib.contextmanager
+    def create(cls, subjects: list[Subject], *, smoke: bool, verbose: bool = True) -> Iterator[Bench]:
+        # Short path: Unix socket paths are limited to 107 bytes.
+        workdir = Path(tempfile.mkdtemp(prefix="pid1-bench-"))
+        try:
+            yield cls(workdir, build_probe(workdir), subjects, smoke=smoke, verbose=verbose)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    @property
+    def ours(self) -> Subject:
+        return next(s for s in self.subjects if s.name == OURS)
+
+    @property
+    def anchors(self) -> list[Subject]:
+        return [s for s in self.subjects if s.name != OURS]
+
+    def say(self, message: str) -> None:
+        if self.verbose:
+            print(message, file=sys.stderr, flush=True)
+
+    def scratch(self, label: str) -> Path:
+        self._counter += 1
+        path = self.workdir / f"{self._counter:03d}-{label}"
+        path.mkdir()
+        return path
+
+    @contextlib.contextmanager
+    def run(self, subject: Subject, role: Sequence[str], *, label: str, **spec: object) -> Iterator[Run]:
+        """Start ``subject`` as PID 1 with ``probe ROLE SOCK ARGS...`` as its
+        main process (``{sock}`` and ``{dir}`` in ``role`` are filled in)."""
+        with self._start(subject, None, role, label, spec) as run:
+            yield run
+
+    @contextlib.contextmanager
+    def run_command(self, subject: Subject, command: Sequence[str], *, label: str, **spec: object) -> Iterator[Run]:
+        """Start ``subject`` as PID 1 with ``command`` as its main process."""
+        with self._start(subject, command, (), label, spec) as run:
+            yield run
+
+    @contextlib.contextmanager
+    def _start(
+        self,
+        subject: Subject,
+        command: Sequence[str] | None,
+        role: Sequence[str],
+        label: str,
+        spec: dict[str, object],
+    ) -> Iterator[Run]:
+        directory = self.scratch(f"{label}-{subject.name}")
+        channel = Channel(directory / "s")
+        if command is None:
+            command = [str(self.probe), *(arg.format(sock=channel.path, dir=directory) for arg in role)]
+        run_spec = RunSpec(command=list(command), **spec)  # type: ignore[arg-type]
+        env = dict(run_spec.env)
+        if subject.name == "supervisord":
+            # Its package is also called `supervisor`: nothing of ours may shadow it.
+            env["PYTHONPATH"] = ""
+        sandbox = Sandbox(self.probe, channel, subject.argv(run_spec, directory), directory / "init.log", env=env)
+        try:
+            yield Run(subject, sandbox, channel, directory)
+        finally:
+            sandbox.close()
+            channel.close()
+
+
+@dataclass
+class Run:
+    subject: Subject
+    sandbox: Sandbox
+    channel: Channel
+    directory: Path
+
+    def ready(self, timeout: float = 30) -> int:
+        """Wait for the probe's "ready"; returns the exec-stamp time (ns)."""
+        started = self.channel.receive(timeout, "exec")
+        self.channel.receive(timeout, "ready")
+        self.sandbox.pid1  # noqa: B018 (open the pidfd now)
+        return started.ns
+
+    def main_pids(self, probe: Path) -> list[int]:
+        """Processes of the namespace running the probe (the workload)."""
+        found = []
+        for pid in self.sandbox.processes():
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/exe") == str(probe):
+                    found.append(pid)
+        return found
+
+    def init_pids(self, probe: Path) -> list[int]:
+        """The init's own processes: everything in the namespace but the probe."""
+        workload = set(self.main_pids(probe))
+        return [pid for pid in self.sandbox.processes() if pid not in workload]
+
+    def expect_exit(self, figure_problems: list[str], expected: int, timeout: float = 30) -> int | None:
+        """Wait for PID 1's exit; record a problem unless it exits with
+        ``expected``.  Returns the exit time (ns) or None."""
+        try:
+            at = self.sandbox.wait_exit_ns(timeout)
+        except Exception as exc:  # the message carries the log
+            figure_problems.append(str(exc).splitlines()[0])
+            return None
+        code = self.sandbox.exit_code()
+        if code != expected:
+            figure_problems.append(f"exit status {code}, expected {expected}")
+        return at
+

@@ -1,0 +1,111 @@
+"""The runner's command line."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from ._bench import REPO, Bench
+from ._report import machine, render_table, write_json, write_markdown
+from ._results import Figure, Row, Target
+from ._subjects import ANCHORS, OURS, subject_version, subjects
+from .scenarios import SCENARIOS
+
+__all__ = ["main"]
+
+USAGE_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
+
+
+def _parser() -> _Parser:
+    parser = _Parser(
+        prog="python -m benchmarks",
+        description="Measure the supervisor as PID 1 against tini, dumb-init, catatonit and supervisord.",
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="every scenario once at a tiny size; checks answers, not timings"
+    )
+    parser.add_argument(
+        "--only", nargs="+", metavar="SCENARIO", choices=list(SCENARIOS), help=f"run only these: {', '.join(SCENARIOS)}"
+    )
+    parser.add_argument(
+        "--json", type=Path, help="where to write the results (default: benchmarks/results.json; none with --smoke)"
+    )
+    parser.add_argument(
+        "--docs",
+        type=Path,
+        help="the Markdown file whose table to regenerate (default: docs/benchmarks.md; none with --smoke)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parser().parse_args(argv)
+    json_path = args.json or (None if args.smoke else REPO / "benchmarks" / "results.json")
+    docs_path = args.docs or (None if args.smoke else REPO / "docs" / "benchmarks.md")
+    missing = [name for name in (OURS, *ANCHORS) if not shutil.which(_executable(name))]
+    if shutil.which("unshare") is None:
+        print("python -m benchmarks: unshare (util-linux) is not installed", file=sys.stderr)
+        return 1
+    chosen = subjects([OURS, *[a for a in ANCHORS if a not in missing]])
+    names = args.only or list(SCENARIOS)
+    started = time.monotonic()
+    rows: list[Row] = []
+    with Bench.create(chosen, smoke=args.smoke, verbose=not args.quiet) as bench:
+        if missing:
+            bench.say(f"not installed, left out: {', '.join(missing)}")
+        for name in names:
+            bench.say(f"{name}:")
+            t0 = time.monotonic()
+            try:
+                rows += SCENARIOS[name](bench)
+            except Exception as exc:  # one broken scenario must not lose the others' figures
+                rows.append(_crashed(name, exc))
+            bench.say(f"  ({time.monotonic() - t0:.1f} s)")
+        versions = {s.name: subject_version(s) for s in chosen}
+    for row in rows:
+        for name in missing:
+            row.anchors.setdefault(name, Figure(note="not measured: not installed"))
+    meta = {
+        "finished": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "smoke": args.smoke,
+        "duration": time.monotonic() - started,
+        "machine": machine(),
+        "versions": versions,
+        "scenarios": names,
+    }
+    if json_path:
+        write_json(json_path, rows, meta)
+    if docs_path:
+        write_markdown(docs_path, rows, meta)
+    if not args.quiet:
+        print("\n".join(render_table(rows)))
+    return 0
+
+
+def _executable(name: str) -> str:
+    if name == OURS:
+        from ._subjects import supervisor_executable
+
+        return supervisor_executable()
+    return name
+
+
+def _crashed(name: str, exc: Exception) -> Row:
+    import traceback
+
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    problem = f"the scenario crashed: {type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})"
+    return Row(name, "(scenario crashed)", "", Target("—", None), Figure(problems=[problem]))

@@ -1,0 +1,123 @@
+"""results.json and the table in docs/benchmarks.md, both from the same rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._results import Figure, Row
+from ._subjects import ANCHORS
+
+__all__ = ["render_markdown", "write_json", "write_markdown"]
+
+BEGIN = "<!-- BEGIN GENERATED: python -m benchmarks -->"
+END = "<!-- END GENERATED -->"
+
+
+def write_json(path: Path, rows: Sequence[Row], meta: dict[str, Any]) -> None:
+    data = {"meta": meta, "rows": [row.as_json() for row in rows]}
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def _cell(figure: Figure | None) -> str:
+    if figure is None:
+        return "—"
+    if figure.value is None:
+        text = figure.note or "—"
+        text = "n/a: " + text if not text.startswith("not measured") else text
+    else:
+        text = _number(figure.value)
+    if figure.problems:
+        text += " ✗ " + "; ".join(figure.problems)
+    return text.replace("|", "\\|")
+
+
+def render_table(rows: Sequence[Row]) -> list[str]:
+    head = ["scenario", "measure", "unit", "supervisor", *ANCHORS, "ratio to best anchor", "target", "result"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        anchors = [_cell(row.anchors.get(name)) for name in ANCHORS]
+        if row.anchor_label and row.anchors:
+            anchors = [
+                f"{_cell(row.anchors[name])} ({row.anchor_label})" if name in row.anchors else "—"
+                for name in ANCHORS
+            ]
+        best = row.best_anchor
+        ratio = f"{row.ratio:.2f}× {best[0]}" if row.ratio is not None and best else "—"
+        status = {"pass": "**pass**", "fail": "**FAIL**"}.get(row.status, row.status)
+        cells = [row.scenario, row.measure, row.unit, _cell(row.ours), *anchors, ratio, row.target.text, status]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
+    lines = [BEGIN, ""]
+    m = meta["machine"]
+    lines.append(
+        f"Run {meta['finished']} ({'smoke size' if meta['smoke'] else 'full size'}, {meta['duration']:.0f} s) "
+        f"on {m['cpus']} × {m['cpu']}, Linux {m['kernel']}, Python {m['python']}; "
+        + ", ".join(f"{name} {version}" for name, version in meta["versions"].items())
+        + "."
+    )
+    lines.append("")
+    lines += render_table(rows)
+    lines.append("")
+    notes = [(row, name, f) for row in rows for name, f in [("supervisor", row.ours), *row.anchors.items()] if f.note]
+    if notes:
+        lines.append("Details:")
+        lines.append("")
+        for row, name, figure in notes:
+            if figure.value is not None:
+                lines.append(f"- {row.scenario} ({row.measure}), {name}: {figure.note}")
+        lines.append("")
+    counts = {status: sum(1 for r in rows if r.status == status) for status in ("pass", "fail", "not measured")}
+    lines.append(f"Summary: {counts['pass']} pass, {counts['fail']} fail, {counts['not measured']} not measured.")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def write_markdown(path: Path, rows: Sequence[Row], meta: dict[str, Any]) -> None:
+    """Replace the generated part of ``path``, keeping the prose around it."""
+    generated = render_markdown(rows, meta)
+    text = path.read_text() if path.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: generated, text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + generated + "\n"
+    path.write_text(text)

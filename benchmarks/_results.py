@@ -1,0 +1,123 @@
+"""What a scenario produces: rows of figures, each judged against its target.
+
+A row is one measure of one scenario (start-up median, signal p99...): the
+supervisor's figure, the anchors' figures from the same run, the ratio to the
+best anchor, the target and the verdict.  A figure that was measured but came
+with a wrong outcome (a process left running, a wrong exit code) fails even
+when it is fast.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Figure", "Row", "Target", "percentile", "summary"]
+
+
+@dataclass
+class Figure:
+    """One init's number for one measure; ``value`` None means not measured
+    (``note`` says why).  ``problems`` are failed correctness checks."""
+
+    value: float | None = None
+    note: str = ""
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def correct(self) -> bool:
+        return not self.problems
+
+    def as_json(self) -> dict[str, Any]:
+        return {"value": self.value, "note": self.note, "correct": self.correct, "problems": self.problems}
+
+
+@dataclass(frozen=True)
+class Target:
+    """``value <= limit`` or, with ``tolerance``, ``|value - limit| <= tolerance``."""
+
+    text: str
+    limit: float | None
+    tolerance: float | None = None
+
+    def met(self, value: float) -> bool:
+        if self.limit is None:
+            return True
+        if self.tolerance is not None:
+            return abs(value - self.limit) <= self.tolerance
+        return value <= self.limit
+
+
+@dataclass
+class Row:
+    scenario: str
+    measure: str
+    unit: str
+    target: Target
+    ours: Figure
+    anchors: dict[str, Figure] = field(default_factory=dict)
+    # For rows whose anchors are another set-up than "the same thing under
+    # another init" (the lease hand-over without the plugin, say).
+    anchor_label: str = ""
+
+    @property
+    def best_anchor(self) -> tuple[str, float] | None:
+        measured = [(f.value, name) for name, f in self.anchors.items() if f.value is not None and f.correct]
+        if not measured:
+            return None
+        value, name = min(measured)
+        return name, value
+
+    @property
+    def ratio(self) -> float | None:
+        best = self.best_anchor
+        if self.ours.value is None or best is None:
+            return None
+        if best[1] == 0:
+            return math.inf if self.ours.value > 0 else 1.0
+        return self.ours.value / best[1]
+
+    @property
+    def status(self) -> str:
+        if not self.ours.correct:
+            return "fail"
+        if self.ours.value is None:
+            return "not measured"
+        return "pass" if self.target.met(self.ours.value) else "fail"
+
+    def as_json(self) -> dict[str, Any]:
+        best = self.best_anchor
+        return {
+            "scenario": self.scenario,
+            "measure": self.measure,
+            "unit": self.unit,
+            "target": {"text": self.target.text, "limit": self.target.limit, "tolerance": self.target.tolerance},
+            "supervisor": self.ours.as_json(),
+            "anchors": {name: figure.as_json() for name, figure in self.anchors.items()},
+            "anchor_label": self.anchor_label,
+            "best_anchor": best[0] if best else None,
+            "ratio": self.ratio,
+            "status": self.status,
+        }
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (0-100), nearest-rank, as latency reports use it."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "min": min(values),
+        "p50": statistics.median(values),
+        "p99": percentile(values, 99),
+        "max": max(values),
+    }

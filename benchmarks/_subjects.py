@@ -1,0 +1,163 @@
+"""The inits under test: the supervisor and its anchors, each as a command line.
+
+Every subject turns the same ``RunSpec`` (the main process, a grace period,
+extra YAML for the supervisor) into the argv that becomes PID 1.  The C inits
+take the command directly; supervisord gets a generated INI file, with the
+event listener its users add so that it exits when its program does (it has
+no such option of its own).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ANCHORS", "OURS", "RunSpec", "Subject", "subject_version"]
+
+OURS = "supervisor"
+ANCHORS = ("tini", "dumb-init", "catatonit", "supervisord")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a scenario wants PID 1 to run."""
+
+    command: Sequence[str]
+    grace: float | None = None  # seconds from SIGTERM to SIGKILL, where the init has such a thing
+    yaml: str = ""  # extra top-level YAML for the supervisor (plugins:)
+    env: dict[str, str] = field(default_factory=dict)
+    exit_with_main: bool = True  # supervisord: add the exit-on-main-exit listener
+    main_in_yaml: bool = False  # the supervisor's YAML names the main process; no `-- COMMAND`
+
+
+@dataclass(frozen=True)
+class Subject:
+    name: str
+    executable: str
+
+    @property
+    def available(self) -> bool:
+        return shutil.which(self.executable) is not None
+
+    def argv(self, spec: RunSpec, workdir: Path) -> list[str]:
+        command = list(spec.command)
+        if self.name == OURS:
+            argv = [self.executable]
+            if spec.yaml:
+                config = workdir / "supervisor.yaml"
+                config.write_text(spec.yaml)
+                argv += ["-c", str(config)]
+            if spec.grace is not None:
+                argv += ["--grace-period", f"{spec.grace:g}s"]
+            return argv if spec.main_in_yaml else [*argv, "--", *command]
+        if self.name == "tini":
+            return [self.executable, "--", *command]
+        if self.name == "dumb-init":
+            return [self.executable, *command]
+        if self.name == "catatonit":
+            return [self.executable, "--", *command]
+        if self.name == "supervisord":
+            return [self.executable, "-n", "-c", str(_supervisord_ini(spec, workdir))]
+        raise ValueError(f"unknown subject {self.name}")
+
+
+def supervisor_executable() -> str:
+    """The CLI next to this interpreter (the venv's), else the one on PATH."""
+    here = Path(sys.executable).parent / "supervisor"
+    return str(here) if here.exists() else shutil.which("supervisor") or "supervisor"
+
+
+def subjects(names: Sequence[str]) -> list[Subject]:
+    executables = {
+        OURS: supervisor_executable(),
+        "tini": "tini",
+        "dumb-init": "dumb-init",
+        "catatonit": "catatonit",
+        "supervisord": "supervisord",
+    }
+    return [Subject(name, executables[name]) for name in names]
+
+
+def subject_version(subject: Subject) -> str:
+    """The Debian package version of an anchor, or the supervisor's own."""
+    if subject.name == OURS:
+        from supervisor import __version__
+
+        return __version__
+    package = {"supervisord": "supervisor"}.get(subject.name, subject.name)
+    try:
+        import subprocess
+
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, timeout=10, check=False
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+# The recipe supervisord's users add so that the container ends with its main
+# program: an event listener that sends SIGTERM to supervisord on that
+# program's EXITED/FATAL event.
+_LISTENER = textwrap.dedent(
+    """\
+    import os, signal, sys
+
+    def fields(text):
+        return dict(word.split(":", 1) for word in text.split())
+
+    while True:
+        sys.stdout.write("READY\\n")
+        sys.stdout.flush()
+        header = fields(sys.stdin.readline())
+        payload = sys.stdin.read(int(header["len"]))
+        body = fields(payload.split("\\n", 1)[0])
+        if body.get("processname") == "main":
+            os.kill(os.getppid(), signal.SIGTERM)
+        sys.stdout.write("RESULT 2\\nOK")
+        sys.stdout.flush()
+    """
+)
+
+
+def _supervisord_ini(spec: RunSpec, workdir: Path) -> Path:
+    import shlex
+
+    lines = [
+        "[supervisord]",
+        "nodaemon=true",
+        "user=root",
+        f"logfile={workdir / 'supervisord.log'}",
+        f"pidfile={workdir / 'supervisord.pid'}",
+        f"childlogdir={workdir}",
+        "",
+        "[program:main]",
+        f"command={shlex.join(spec.command)}",
+        "autostart=true",
+        "autorestart=false",
+        "startsecs=0",
+        "startretries=0",
+        "stopsignal=TERM",
+        f"stopwaitsecs={max(1, round(spec.grace)) if spec.grace is not None else 10}",
+        "redirect_stderr=true",
+        f"stdout_logfile={workdir / 'main.log'}",
+    ]
+    if spec.env:
+        lines.append("environment=" + ",".join(f'{key}="{value}"' for key, value in spec.env.items()))
+    if spec.exit_with_main:
+        listener = workdir / "exit_listener.py"
+        listener.write_text(_LISTENER)
+        lines += [
+            "",
+            "[eventlistener:exit_on_main]",
+            f"command=/usr/bin/python3 {listener}",
+            "events=PROCESS_STATE_EXITED,PROCESS_STATE_FATAL",
+            "stderr_logfile=" + str(workdir / "listener.log"),
+        ]
+    path = workdir / "supervisord.conf"
+    path.write_text("\n".join(lines) + "\n")
+    return path

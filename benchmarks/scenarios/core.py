@@ -1,0 +1,313 @@
+"""The PID-1 scenarios every init can be measured on: start-up, signal
+forwarding, the orphan storm, exit latency, memory, SIGKILL escalation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .._bench import Bench
+from .._results import Figure, Row, Target, percentile
+from .._sandbox import ExitWatch, SandboxError
+from .._subjects import OURS, Subject
+
+__all__ = ["escalation", "exit_latency", "memory", "orphan_storm", "signal_forwarding", "startup"]
+
+MS = 1e6  # ns per ms
+
+
+def each(bench: Bench, measure: Callable[[Subject], Figure]) -> tuple[Figure, dict[str, Figure]]:
+    """``measure`` every subject; a failure becomes a problem on its figure."""
+    figures: dict[str, Figure] = {}
+    for subject in bench.subjects:
+        bench.say(f"  {subject.name}")
+        try:
+            figures[subject.name] = measure(subject)
+        except SandboxError as exc:
+            figures[subject.name] = Figure(problems=[str(exc).splitlines()[0]])
+    ours = figures.pop(OURS)
+    return ours, figures
+
+
+# -- start-up ---------------------------------------------------------------------
+
+
+def startup(bench: Bench) -> list[Row]:
+    """Init exec → main process exec, median of 20 (1 in smoke mode); the
+    subjects take turns so that drift on the machine hits all of them."""
+    rounds = 1 if bench.smoke else 20
+    samples: dict[str, list[float]] = {s.name: [] for s in bench.subjects}
+    problems: dict[str, list[str]] = {s.name: [] for s in bench.subjects}
+    for _ in range(rounds):
+        for subject in bench.subjects:
+            with bench.run(subject, ["stamp", "{sock}"], label="startup") as run:
+                try:
+                    started = run.channel.receive(30, "exec")
+                    main = run.channel.receive(30, "start")
+                except SandboxError as exc:
+                    problems[subject.name].append(f"{exc}: {run.sandbox.output(5)}")
+                    continue
+                samples[subject.name].append((main.ns - started.ns) / MS)
+                run.expect_exit(problems[subject.name], 0)
+    figures = {
+        name: Figure(
+            statistics.median(values) if values else None,
+            note=f"median of {len(values)}; min {min(values):.1f}, max {max(values):.1f}" if values else "",
+            problems=sorted(set(problems[name])),
+        )
+        for name, values in samples.items()
+    }
+    ours = figures.pop(OURS)
+    return [Row("start-up", "exec → main process exec (median)", "ms", Target("≤ 150 ms", 150.0), ours, figures)]
+
+
+# -- signal forwarding ------------------------------------------------------------
+
+
+def signal_forwarding(bench: Bench) -> list[Row]:
+    """SIGUSR1 to PID 1 → the child's handler runs; the next signal only after
+    the child's acknowledgement, so no two are ever coalesced."""
+    count = 5 if bench.smoke else 1000
+
+    def measure(subject: Subject) -> Figure:
+        if subject.name == "supervisord":
+            return Figure(note="does not forward signals to its programs")
+        latencies: list[float] = []
+        problems: list[str] = []
+        with bench.run(subject, ["signals", "{sock}"], label="signals") as run:
+            run.ready()
+            pid1 = run.sandbox.pid1
+            for i in range(count):
+                sent = time.monotonic_ns()
+                os.kill(pid1, signal.SIGUSR1)
+                try:
+                    handled = run.channel.receive(5, "usr1")
+                except SandboxError:
+                    problems.append(f"signal {i + 1} of {count} never reached the child")
+                    break
+                latencies.append((handled.ns - sent) / MS)
+            run.sandbox.signal(signal.SIGTERM)
+            run.expect_exit(problems, 0)
+        if not latencies:
+            return Figure(problems=problems)
+        return _Latencies(latencies, problems)
+
+    ours, anchors = each(bench, measure)
+    rows = []
+    for measure_name, p, target in (("p50", 50, Target("≤ 1 ms", 1.0)), ("p99", 99, Target("≤ 5 ms", 5.0))):
+        rows.append(
+            Row(
+                "signal forwarding",
+                f"SIGUSR1 → child's handler, {measure_name} of {count}",
+                "ms",
+                target,
+                _pick(ours, p),
+                {name: _pick(figure, p) for name, figure in anchors.items()},
+            )
+        )
+    return rows
+
+
+class _Latencies(Figure):
+    """A figure that still holds its samples, so p50 and p99 rows share one run."""
+
+    def __init__(self, samples: list[float], problems: list[str]) -> None:
+        super().__init__(None, _latency_note(samples), problems)
+        self.samples = samples
+
+
+def _pick(figure: Figure, p: float) -> Figure:
+    if isinstance(figure, _Latencies):
+        return Figure(percentile(figure.samples, p), figure.note, figure.problems)
+    return figure
+
+
+def _latency_note(samples: list[float]) -> str:
+    if not samples:
+        return ""
+    return f"n={len(samples)}, min {min(samples):.3f}, max {max(samples):.3f}"
+
+
+# -- orphan storm -----------------------------------------------------------------
+
+
+def orphan_storm(bench: Bench) -> list[Row]:
+    """The child makes orphans in bursts; each orphan stamps its exit, and the
+    child watches its /proc entry until PID 1 has reaped it (every 50 µs)."""
+    total, burst = (40, 10) if bench.smoke else (10_000, 100)
+
+    def measure(subject: Subject) -> Figure:
+        problems: list[str] = []
+        with bench.run(subject, ["orphans", "{sock}", "{dir}/ages", str(total), str(burst)], label="orphans") as run:
+            run.channel.receive(30, "exec")
+            run.sandbox.pid1  # noqa: B018 (watch its exit)
+            done = run.channel.receive(600, "orphans")
+            reaped, lost, zombies = (int(x) for x in done.extra)
+            ages = [int(line) / MS for line in Path(run.directory, "ages").read_text().split()]
+            if reaped != total:
+                problems.append(f"{total - reaped} of {total} orphans never reaped ({lost} still zombies after 10 s)")
+            if zombies:
+                problems.append(f"{zombies} zombie(s) left at the end")
+            run.expect_exit(problems, 0)
+        if not ages:
+            return Figure(problems=problems or ["no orphan was reaped"])
+        note = f"{reaped} orphans in bursts of {burst}; p50 {percentile(ages, 50):.3f}, p99 {percentile(ages, 99):.3f}"
+        return Figure(max(ages), note, problems)
+
+    ours, anchors = each(bench, measure)
+    return [
+        Row(
+            "orphan storm",
+            f"oldest zombie of {total:,} orphans; none left",
+            "ms",
+            Target("≤ 100 ms", 100.0),
+            ours,
+            anchors,
+        )
+    ]
+
+
+# -- exit latency -----------------------------------------------------------------
+
+
+def exit_latency(bench: Bench) -> list[Row]:
+    """The only process exits (stamped right before ``_exit``) → PID 1 is
+    gone (its pidfd turns readable).  supervisord exits through the usual
+    event-listener recipe, since it has no exit-with-the-program option."""
+    rounds = 1 if bench.smoke else 10
+    samples: dict[str, list[float]] = {s.name: [] for s in bench.subjects}
+    problems: dict[str, list[str]] = {s.name: [] for s in bench.subjects}
+    for _ in range(rounds):
+        for subject in bench.subjects:
+            with bench.run(subject, ["wait-exit", "{dir}/go", "{sock}"], label="exit") as run:
+                try:
+                    run.ready()
+                    _release(run.directory / "go")
+                    last = run.channel.receive(10, "exit")
+                except (SandboxError, OSError) as exc:
+                    problems[subject.name].append(str(exc).splitlines()[0])
+                    continue
+                gone = run.expect_exit(problems[subject.name], 0)
+                if gone is not None:
+                    samples[subject.name].append((gone - last.ns) / MS)
+    figures = {
+        name: Figure(
+            statistics.median(values) if values else None,
+            note=f"median of {len(values)}; max {max(values):.2f}" if values else "",
+            problems=sorted(set(problems[name])),
+        )
+        for name, values in samples.items()
+    }
+    ours = figures.pop(OURS)
+    measure = "last process exits → PID 1 exits (median)"
+    return [Row("exit latency", measure, "ms", Target("≤ 20 ms", 20.0), ours, figures)]
+
+
+def _release(fifo: Path) -> None:
+    """One byte into the probe's FIFO: its cue to exit."""
+    fd = os.open(fifo, os.O_WRONLY)
+    try:
+        os.write(fd, b"x")
+    finally:
+        os.close(fd)
+
+
+# -- memory -----------------------------------------------------------------------
+
+
+def pss_mib(pids: list[int]) -> float:
+    """Proportional set size of ``pids`` together, from smaps_rollup."""
+    total_kib = 0
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("Pss:"):
+                total_kib += int(line.split()[1])
+    return total_kib / 1024
+
+
+def measure_memory(bench: Bench, subject: Subject, *, label: str, settle: float, **spec: object) -> Figure:
+    """PSS of the init's own processes, idle with one child that exits on
+    SIGTERM; then SIGTERM, and the init must exit 0."""
+    problems: list[str] = []
+    with bench.run(subject, ["term-exit", "{sock}"], label=label, exit_with_main=False, **spec) as run:
+        run.ready()
+        time.sleep(settle)
+        pids = run.init_pids(bench.probe)
+        value = pss_mib(pids)
+        run.sandbox.signal(signal.SIGTERM)
+        run.expect_exit(problems, 0)
+    return Figure(value, f"{len(pids)} process(es)", problems)
+
+
+def memory(bench: Bench) -> list[Row]:
+    settle = 0.3 if bench.smoke else 2.0
+    ours, anchors = each(bench, lambda subject: measure_memory(bench, subject, label="memory", settle=settle))
+    measure = "PSS of the init's processes, idle, one child"
+    return [Row("memory", measure, "MiB", Target("≤ 30 MiB", 30.0), ours, anchors)]
+
+
+# -- escalation -------------------------------------------------------------------
+
+
+def escalation(bench: Bench) -> list[Row]:
+    """A child that ignores SIGTERM, a 2 s grace period: when is it killed
+    (SIGTERM to PID 1 → the child's pidfd turns readable)?  The worst of
+    three runs counts; inits without escalation are watched for grace + 1 s."""
+    grace = 0.5 if bench.smoke else 2.0
+    rounds = 1 if bench.smoke else 3
+
+    def once(subject: Subject) -> tuple[float | None, list[str]]:
+        problems: list[str] = []
+        with bench.run(subject, ["ignore-term", "{sock}"], label="escalation", grace=grace) as run:
+            run.ready()
+            children = run.main_pids(bench.probe)
+            if len(children) != 1:
+                raise SandboxError(f"expected one probe process, found {len(children)}")
+            child = ExitWatch(children[0])
+            sent = time.monotonic_ns()
+            run.sandbox.signal(signal.SIGTERM)
+            died = child.wait(grace + 1.0)
+            child.close()
+            if died is None:
+                return None, problems
+            expected = 0 if subject.name == "supervisord" else 128 + signal.SIGKILL
+            run.expect_exit(problems, expected)
+            return (died - sent) / 1e9, problems
+
+    def measure(subject: Subject) -> Figure:
+        runs = rounds if subject.name in (OURS, "supervisord") else 1
+        kills: list[float] = []
+        problems: list[str] = []
+        for _ in range(runs):
+            killed_at, found = once(subject)
+            problems += found
+            if killed_at is None:
+                if subject.name == OURS:
+                    problems.append(f"the child still ran {grace + 1:g}s after SIGTERM")
+                    break
+                return Figure(note=f"no escalation: the child still ran {grace + 1:g}s after SIGTERM")
+            kills.append(killed_at)
+        if not kills:
+            return Figure(problems=problems)
+        worst = max(kills, key=lambda k: abs(k - grace))
+        return Figure(worst, "runs: " + ", ".join(f"{k:.3f}" for k in kills), problems)
+
+    ours, anchors = each(bench, measure)
+    return [
+        Row(
+            "escalation accuracy",
+            f"child ignoring SIGTERM, {grace:g} s grace: SIGKILL at (worst of {rounds})",
+            "s",
+            Target(f"{grace:g} s ± 50 ms", grace, 0.05),
+            ours,
+            anchors,
+        )
+    ]

@@ -332,7 +332,9 @@ async def _pump_lines(stream: trio.abc.ReceiveStream, out: BinaryIO, prefix: str
         out.flush()
 
 
-def _shell_join(argv: tuple[str, ...]) -> str:
+def _shell_join(argv: tuple[str, ...], limit: int = 120) -> str:
+    """The command for a log line: one line, and not a whole inline script."""
     import shlex
 
-    return shlex.join(argv)
+    text = " ".join(shlex.join(argv).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

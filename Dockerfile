@@ -46,9 +46,12 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
 FROM ${BASE_IMAGE} AS runtime
 ARG PLUGINS=""
 ARG VERSION=unknown
+# The link puts `supervisor` on PATH, where `pip install pid1-supervisor`
+# outside a venv would put it (manifests may name /usr/local/bin/supervisor).
 COPY tools/image/stage.sh /usr/local/lib/pid1-supervisor/stage.sh
 RUN /usr/local/lib/pid1-supervisor/stage.sh runtime-deps \
-    && rm -rf /usr/local/lib/pid1-supervisor
+    && rm -rf /usr/local/lib/pid1-supervisor \
+    && ln -s /opt/supervisor/bin/supervisor /usr/local/bin/supervisor
 COPY --from=build /opt/supervisor /opt/supervisor
 
 LABEL org.opencontainers.image.title="pid1-supervisor" \
@@ -57,12 +60,11 @@ LABEL org.opencontainers.image.title="pid1-supervisor" \
       org.opencontainers.image.version="${VERSION}" \
       org.pid1-supervisor.plugins="${PLUGINS}"
 
-# The venv first on PATH so that `pip install` in a derived image and the
-# supervisor's plugin subprocesses use it; unbuffered so that log lines reach
-# `kubectl logs` as they happen.
-ENV PATH=/opt/supervisor/bin:${PATH} \
-    PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+# The venv stays off PATH: the processes the supervisor runs keep the base's
+# own `python3` and `pip`, and the supervisor's dependencies never meet the
+# app's.  Plugins go in with /opt/supervisor/bin/pip.  Unbuffered, so that
+# the log lines of Python processes reach `kubectl logs` as they happen.
+ENV PYTHONUNBUFFERED=1
 
 # Numeric, so that runAsNonRoot can verify it without a passwd entry.
 USER 65532:65532

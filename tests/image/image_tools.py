@@ -28,7 +28,8 @@ LABEL = "org.pid1-supervisor.test=1"
 
 # Where the supervisor's layers end up in the image, and the OCI defaults the
 # Dockerfile promises.
-ENTRYPOINT = "/opt/supervisor/bin/supervisor"
+VENV = "/opt/supervisor"
+ENTRYPOINT = f"{VENV}/bin/supervisor"
 USER = "65532:65532"
 
 # One image name per checkout: two checkouts on one machine (a developer's and

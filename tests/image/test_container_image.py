@@ -20,6 +20,7 @@ from tests.image.image_tools import (
     ENTRYPOINT,
     ROOT,
     USER,
+    VENV,
     BuiltImage,
     Containers,
     build_derived_image,
@@ -70,10 +71,11 @@ def test_supervisor_version_inside(image: BuiltImage, containers: Containers) ->
     result = containers.run(image.name, "--version")
     assert result.returncode == 0, result.stderr
     assert __version__ in result.stdout
-    # The console script on PATH is the same program.
-    result = containers.run(image.name, "--", "supervisor", "--version")
-    assert result.returncode == 0, result.stderr
-    assert __version__ in result.stdout
+    # The console script on PATH, and where manifests expect it, is the same program.
+    for command in ("supervisor", "/usr/local/bin/supervisor"):
+        result = containers.run(image.name, "--", command, "--version")
+        assert result.returncode == 0, result.stderr
+        assert __version__ in result.stdout
 
 
 def test_supervisor_is_pid_1_as_a_numeric_non_root_user(image: BuiltImage, containers: Containers) -> None:
@@ -102,10 +104,28 @@ def test_optional_plugins_only_when_asked_for(
     assert {"sleep", "exec", "http", "kubernetes", "libvirt"} <= installed_plugins(full.stdout)
     # Their libraries load as the image's user: the shared libraries libvirt's
     # binding links against made it into the runtime stage.
-    imports = containers.run(full_image.name, "--", "python3", "-c", "import kubernetes, libvirt; print('ok')")
+    imports = containers.run(
+        full_image.name, "--", f"{VENV}/bin/python", "-c", "import kubernetes, libvirt; print('ok')"
+    )
     assert (imports.returncode, imports.stdout.strip()) == (0, "ok"), imports.stderr
     no_compiler = containers.run(full_image.name, "--", "sh", "-c", "! command -v gcc")
     assert no_compiler.returncode == 0, no_compiler.stdout
+
+
+def test_processes_keep_the_bases_python(image: BuiltImage, containers: Containers) -> None:
+    # The supervisor's venv is its own: an app's `python3` does not see trio
+    # or pluggy, and the app's packages cannot break the supervisor.
+    result = containers.run(
+        image.name,
+        "--",
+        "python3",
+        "-c",
+        "import sys, importlib.util as u; print(sys.prefix, u.find_spec('trio') is None)",
+    )
+    assert result.returncode == 0, result.stderr
+    prefix, isolated = result.stdout.split()
+    assert prefix != VENV
+    assert isolated == "True"
 
 
 def test_runtime_stage_has_no_compilers_and_no_sources(image: BuiltImage, containers: Containers) -> None:
@@ -141,7 +161,7 @@ def test_python_files_are_precompiled(image: BuiltImage, containers: Containers)
         print("\\n".join(missing[:20]))
         """
     )
-    result = containers.run(image.name, "--", "python3", "-c", script)
+    result = containers.run(image.name, "--", f"{VENV}/bin/python", "-c", script)
     assert result.returncode == 0, result.stderr
     counted, missing = map(int, result.stdout.split()[:2])
     assert counted > 100

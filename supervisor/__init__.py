@@ -27,10 +27,18 @@ if TYPE_CHECKING:
     from .config import Settings as Settings
     from .hookspec import SKIP as SKIP
     from .hookspec import hookimpl as hookimpl
+    from .phases import PHASES as PHASES
+    from .phases import PROCESS_PHASES as PROCESS_PHASES
+    from .phases import PhasePlugin as PhasePlugin
+    from .phases import read_phase as read_phase
 
 _EXPORTS = {
     "hookimpl": ".hookspec",
     "SKIP": ".hookspec",
+    "PHASES": ".phases",
+    "PROCESS_PHASES": ".phases",
+    "PhasePlugin": ".phases",
+    "read_phase": ".phases",
     "Context": "._context",
     "ProcessInfo": "._context",
     "Deadline": "._deadline",
@@ -45,12 +53,15 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "PHASES",
+    "PROCESS_PHASES",
     "SKIP",
     "Config",
     "ConfigError",
     "Context",
     "Deadline",
     "ExitStatus",
+    "PhasePlugin",
     "Position",
     "ProcessInfo",
     "ProcessSpec",
@@ -59,6 +70,7 @@ __all__ = [
     "Timeline",
     "__version__",
     "hookimpl",
+    "read_phase",
 ]
 
 

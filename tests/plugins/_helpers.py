@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import trio
 
@@ -41,21 +40,21 @@ def _load(tmp_path: Path, yaml_text: str) -> Config:
     return load_config(str(path), environ={})
 
 
-def configure(module: ModuleType, tmp_path: Path, yaml_text: str, name: str) -> tuple[object, Config]:
-    """Run the plugin's supervisor_configure on its section; fail on any problem."""
+def configure(module: object, tmp_path: Path, yaml_text: str, name: str) -> tuple[object, Config]:
+    """Run the plugin's (a module or plugin object) supervisor_configure on its section; fail on any problem."""
     config = _load(tmp_path, yaml_text)
     settings = config.plugins[name]
-    parsed = module.supervisor_configure(settings=settings, config=config)
+    parsed = module.supervisor_configure(settings=settings, config=config)  # type: ignore[attr-defined]
     if settings.problems:
         raise ConfigError(settings.problems)
     return parsed, config
 
 
-def configure_problems(module: ModuleType, tmp_path: Path, yaml_text: str, name: str) -> list[str]:
+def configure_problems(module: object, tmp_path: Path, yaml_text: str, name: str) -> list[str]:
     """The problems the plugin's supervisor_configure records, one line each."""
     config = _load(tmp_path, yaml_text)
     settings = config.plugins[name]
-    module.supervisor_configure(settings=settings, config=config)
+    module.supervisor_configure(settings=settings, config=config)  # type: ignore[attr-defined]
     return str(ConfigError(settings.problems)).splitlines() if settings.problems else []
 
 

@@ -48,7 +48,7 @@ async def _run(
     deadline: Deadline | None = None,
     **kw: object,
 ) -> tuple[list[supervisor_exec.Result], LogRecords, object]:
-    settings, config = configure(supervisor_exec, tmp_path, _config(commands), "exec")
+    settings, config = configure(supervisor_exec.plugin, tmp_path, _config(commands), "exec")
     ctx = make_context("exec", settings, config)
     with LogRecords.capture("exec") as logs:
         results = await supervisor_exec.run_phase(ctx, phase, deadline or Deadline(30), **kw)  # type: ignore[arg-type]
@@ -262,7 +262,7 @@ async def test_long_lines_are_cut_into_readable_records(tmp_path: Path) -> None:
 
 async def test_hooks_dispatch_to_their_phase(tmp_path: Path) -> None:
     settings, config = configure(
-        supervisor_exec,
+        supervisor_exec.plugin,
         tmp_path,
         _config(
             "".join(
@@ -274,21 +274,21 @@ async def test_hooks_dispatch_to_their_phase(tmp_path: Path) -> None:
     )
     ctx = make_context("exec", settings, config)
     deadline, web = Deadline(30), FakeProcess("web")
-    await supervisor_exec.supervisor_startup(ctx=ctx)
-    await supervisor_exec.supervisor_shutdown_started(ctx=ctx, deadline=deadline)
-    await supervisor_exec.supervisor_pre_stop(ctx=ctx, deadline=deadline)
-    await supervisor_exec.supervisor_before_process_stop(ctx=ctx, deadline=deadline, process=web)
-    await supervisor_exec.supervisor_after_process_stop(
+    await supervisor_exec.plugin.supervisor_startup(ctx=ctx)
+    await supervisor_exec.plugin.supervisor_shutdown_started(ctx=ctx, deadline=deadline)
+    await supervisor_exec.plugin.supervisor_pre_stop(ctx=ctx, deadline=deadline)
+    await supervisor_exec.plugin.supervisor_before_process_stop(ctx=ctx, deadline=deadline, process=web)
+    await supervisor_exec.plugin.supervisor_after_process_stop(
         ctx=ctx, deadline=deadline, process=web, status=ExitStatus(code=0)
     )
-    await supervisor_exec.supervisor_post_stop(ctx=ctx, deadline=deadline)
+    await supervisor_exec.plugin.supervisor_post_stop(ctx=ctx, deadline=deadline)
     steps = ctx.timeline.steps
     assert [(s.phase, s.name, s.outcome) for s in steps] == [(p, p, "ok") for p in supervisor_exec.PHASES]
 
 
 def test_settings_problems_are_reported_at_their_positions(tmp_path: Path) -> None:
     problems = configure_problems(
-        supervisor_exec,
+        supervisor_exec.plugin,
         tmp_path,
         _config(
             """\
@@ -325,7 +325,7 @@ def test_settings_problems_are_reported_at_their_positions(tmp_path: Path) -> No
 
 
 def test_commands_are_required(tmp_path: Path) -> None:
-    problems = configure_problems(supervisor_exec, tmp_path, "plugins:\n  exec: {}\n", "exec")
+    problems = configure_problems(supervisor_exec.plugin, tmp_path, "plugins:\n  exec: {}\n", "exec")
     assert problems == [
         f"{tmp_path}/cfg.yaml:2:9: plugins.exec: missing required key 'commands' (a list of commands to run)"
     ]
@@ -333,14 +333,14 @@ def test_commands_are_required(tmp_path: Path) -> None:
 
 def test_registered_as_an_entry_point() -> None:
     (entry,) = [ep for ep in importlib.metadata.entry_points(group="supervisor.plugins") if ep.name == "exec"]
-    assert entry.load() is supervisor_exec
+    assert entry.load() is supervisor_exec.plugin
 
 
 async def test_cancelled_by_the_main_process_exit(tmp_path: Path, leftovers: list[int]) -> None:
     # The host cancels pre_stop hooks when the main process exits: nothing
     # is left to drain.  The command is stopped and the log says why.
     settings, config = configure(
-        supervisor_exec, tmp_path, _config("      - {phase: pre_stop, name: drain, command: sleep 30}\n"), "exec"
+        supervisor_exec.plugin, tmp_path, _config("      - {phase: pre_stop, name: drain, command: sleep 30}\n"), "exec"
     )
     ctx = make_context("exec", settings, config)
     with LogRecords.capture("exec") as logs:

@@ -114,7 +114,7 @@ async def _run(
         "grace_period: 30s\nprocesses:\n  - {name: web, command: 'true', main: true}\n"
         "plugins:\n  http:\n    requests:\n" + requests
     )
-    settings, config = configure(supervisor_http, tmp_path, text, "http")
+    settings, config = configure(supervisor_http.plugin, tmp_path, text, "http")
     ctx = make_context("http", settings, config)
     with LogRecords.capture("http") as logs:
         results = await supervisor_http.run_phase(ctx, phase, deadline or Deadline(30), process)
@@ -285,15 +285,15 @@ async def test_hooks_dispatch_to_their_phase(tmp_path: Path, server: Server) -> 
         f"      - {{phase: {p}, url: '{server.url}/{p}'{_WEB if 'proc' in p else ''}}}\n"
         for p in supervisor_http.PHASES
     )
-    settings, config = configure(supervisor_http, tmp_path, text, "http")
+    settings, config = configure(supervisor_http.plugin, tmp_path, text, "http")
     ctx = make_context("http", settings, config)
     deadline, web = Deadline(30), FakeProcess("web")
-    await supervisor_http.supervisor_startup(ctx=ctx)
-    await supervisor_http.supervisor_shutdown_started(ctx=ctx, deadline=deadline)
-    await supervisor_http.supervisor_pre_stop(ctx=ctx, deadline=deadline)
-    await supervisor_http.supervisor_before_process_stop(ctx=ctx, deadline=deadline, process=web)
-    await supervisor_http.supervisor_after_process_stop(ctx=ctx, deadline=deadline, process=web, status=None)
-    await supervisor_http.supervisor_post_stop(ctx=ctx, deadline=deadline)
+    await supervisor_http.plugin.supervisor_startup(ctx=ctx)
+    await supervisor_http.plugin.supervisor_shutdown_started(ctx=ctx, deadline=deadline)
+    await supervisor_http.plugin.supervisor_pre_stop(ctx=ctx, deadline=deadline)
+    await supervisor_http.plugin.supervisor_before_process_stop(ctx=ctx, deadline=deadline, process=web)
+    await supervisor_http.plugin.supervisor_after_process_stop(ctx=ctx, deadline=deadline, process=web, status=None)
+    await supervisor_http.plugin.supervisor_post_stop(ctx=ctx, deadline=deadline)
     assert [r.path for r in server.received] == [f"/{p}" for p in supervisor_http.PHASES]
 
 
@@ -313,7 +313,7 @@ plugins:
       - {phase: pre_stop, url: "http://x/", retry_interval: often, tls_verify: maybe}
       - {phase: pre_stop}
 """
-    problems = configure_problems(supervisor_http, tmp_path, text, "http")
+    problems = configure_problems(supervisor_http.plugin, tmp_path, text, "http")
     base = str(tmp_path / "cfg.yaml")
     assert [p.removeprefix(base) for p in problems] == [
         ":6:32: plugins.http.requests[0].url: invalid URL 'ftp://example/': use http://HOST[:PORT]/PATH or https://...",
@@ -336,7 +336,7 @@ plugins:
 
 def test_registered_as_an_entry_point() -> None:
     (entry,) = [ep for ep in importlib.metadata.entry_points(group="supervisor.plugins") if ep.name == "http"]
-    assert entry.load() is supervisor_http
+    assert entry.load() is supervisor_http.plugin
 
 
 @pytest.fixture

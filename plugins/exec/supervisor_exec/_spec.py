@@ -7,19 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from supervisor import Config, Settings
+from supervisor import PHASES, PROCESS_PHASES, Config, Settings, read_phase
 
 __all__ = ["PHASES", "PROCESS_PHASES", "Command", "ExecSettings", "parse"]
 
-PHASES = (
-    "startup",
-    "shutdown_started",
-    "pre_stop",
-    "before_process_stop",
-    "after_process_stop",
-    "post_stop",
-)
-PROCESS_PHASES = frozenset({"before_process_stop", "after_process_stop"})
 
 _KEYS = ("phase", "process", "command", "name", "timeout", "kill_after", "env", "cwd")
 # After its timeout a command gets SIGTERM, then SIGKILL this much later:
@@ -56,20 +47,18 @@ def parse(settings: Settings, config: Config) -> ExecSettings:
     settings.check_keys(["commands"])
     if "commands" not in settings:
         settings.error(None, "missing required key 'commands' (a list of commands to run)")
-    known = [p.name for p in config.processes]
     commands = []
     for entry in settings.sections("commands"):
-        command = _parse_command(entry, known)
+        command = _parse_command(entry, config)
         if command is not None:
             commands.append(command)
     return ExecSettings(tuple(commands))
 
 
-def _parse_command(entry: Settings, known_processes: list[str]) -> Command | None:
+def _parse_command(entry: Settings, config: Config) -> Command | None:
     entry.check_keys(_KEYS)
-    phase = entry.string("phase", required=True, choices=PHASES)
+    phase, process = read_phase(entry, config, noun="commands")
     argv = entry.command("command", required=True)
-    process = _parse_process(entry, phase, known_processes)
     timeout = entry.duration("timeout")
     kill_after = entry.duration("kill_after", _DEFAULT_KILL_AFTER)
     env = entry.mapping("env")
@@ -87,25 +76,6 @@ def _parse_command(entry: Settings, known_processes: list[str]) -> Command | Non
         env=MappingProxyType(dict(env)),
         cwd=cwd,
     )
-
-
-def _parse_process(entry: Settings, phase: str | None, known: list[str]) -> str | None:
-    process = entry.string("process")
-    if phase in PROCESS_PHASES:
-        if process is None:
-            entry.error(None, f"missing required key 'process' ({phase} commands belong to a process)")
-        elif process not in known:
-            entry.error("process", f"unknown process {process!r}{_among(known)}")
-    elif process is not None and phase is not None:
-        entry.error(
-            "process",
-            f"only before_process_stop and after_process_stop commands belong to a process, not {phase}",
-        )
-    return process
-
-
-def _among(known: list[str]) -> str:
-    return f" (processes: {', '.join(known)})" if known else " (no processes are configured)"
 
 
 def _short(text: str) -> str:

@@ -50,54 +50,20 @@ from functools import partial
 
 import trio
 
-from supervisor import SKIP, Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
+from supervisor import Context, Deadline, ExitStatus, PhasePlugin, ProcessInfo
 
 from ._request import Result, perform
 from ._spec import PHASES, Expect, HttpSettings, Request, parse
 
-__all__ = ["PHASES", "Expect", "HttpSettings", "Request", "Result", "run_phase"]
-
-
-@hookimpl
-def supervisor_configure(settings: Settings, config: Config) -> HttpSettings:
-    return parse(settings, config)
-
-
-@hookimpl
-async def supervisor_startup(ctx: Context) -> object:
-    return await _phase(ctx, "startup", None)
-
-
-@hookimpl
-async def supervisor_shutdown_started(ctx: Context, deadline: Deadline) -> object:
-    return await _phase(ctx, "shutdown_started", deadline)
-
-
-@hookimpl
-async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> object:
-    return await _phase(ctx, "pre_stop", deadline)
-
-
-@hookimpl
-async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> object:
-    return await _phase(ctx, "before_process_stop", deadline, process)
-
-
-@hookimpl
-async def supervisor_after_process_stop(
-    ctx: Context, deadline: Deadline, process: ProcessInfo, status: ExitStatus
-) -> object:
-    return await _phase(ctx, "after_process_stop", deadline, process)
-
-
-@hookimpl
-async def supervisor_post_stop(ctx: Context, deadline: Deadline) -> object:
-    return await _phase(ctx, "post_stop", deadline)
-
-
-async def _phase(ctx: Context, phase: str, deadline: Deadline | None, process: ProcessInfo | None = None) -> object:
-    """A phase hook's body: nothing configured for it keeps it out of the timeline."""
-    return None if await run_phase(ctx, phase, deadline, process) else SKIP
+__all__ = [
+    "PHASES",
+    "Expect",
+    "HttpSettings",
+    "Request",
+    "Result",
+    "plugin",
+    "run_phase",
+]
 
 
 async def run_phase(
@@ -127,3 +93,13 @@ async def run_phase(
         with deadline.scope():
             await run_all()
     return [r for r in results if r is not None]
+
+
+async def _run(
+    ctx: Context, phase: str, deadline: Deadline | None, process: ProcessInfo | None, status: ExitStatus | None
+) -> bool:
+    return bool(await run_phase(ctx, phase, deadline, process))
+
+
+plugin = PhasePlugin(configure=parse, run=_run, doc=__doc__)
+"""The plugin object the ``http`` entry point names."""

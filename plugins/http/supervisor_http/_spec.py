@@ -8,19 +8,10 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from supervisor import Config, Settings
+from supervisor import PHASES, PROCESS_PHASES, Config, Settings, read_phase
 
 __all__ = ["PHASES", "PROCESS_PHASES", "Expect", "HttpSettings", "Request", "parse"]
 
-PHASES = (
-    "startup",
-    "shutdown_started",
-    "pre_stop",
-    "before_process_stop",
-    "after_process_stop",
-    "post_stop",
-)
-PROCESS_PHASES = frozenset({"before_process_stop", "after_process_stop"})
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 _KEYS = (
@@ -90,19 +81,17 @@ def parse(settings: Settings, config: Config) -> HttpSettings:
     settings.check_keys(["requests"])
     if "requests" not in settings:
         settings.error(None, "missing required key 'requests' (a list of requests to make)")
-    known = [p.name for p in config.processes]
     requests = []
     for entry in settings.sections("requests"):
-        request = _parse_request(entry, known)
+        request = _parse_request(entry, config)
         if request is not None:
             requests.append(request)
     return HttpSettings(tuple(requests))
 
 
-def _parse_request(entry: Settings, known_processes: list[str]) -> Request | None:
+def _parse_request(entry: Settings, config: Config) -> Request | None:
     entry.check_keys(_KEYS)
-    phase = entry.string("phase", required=True, choices=PHASES)
-    process = _parse_process(entry, phase, known_processes)
+    phase, process = read_phase(entry, config, noun="requests")
     url = _parse_url(entry)
     method = (entry.string("method") or "").upper() or ("POST" if _has_body(entry) else "GET")
     if method not in METHODS:
@@ -136,25 +125,6 @@ def _parse_request(entry: Settings, known_processes: list[str]) -> Request | Non
         tls_verify=tls_verify,
         ca_file=ca_file,
     )
-
-
-def _parse_process(entry: Settings, phase: str | None, known: list[str]) -> str | None:
-    process = entry.string("process")
-    if phase in PROCESS_PHASES:
-        if process is None:
-            entry.error(None, f"missing required key 'process' ({phase} requests belong to a process)")
-        elif process not in known:
-            entry.error("process", f"unknown process {process!r}{_among(known)}")
-    elif process is not None and phase is not None:
-        entry.error(
-            "process",
-            f"only before_process_stop and after_process_stop requests belong to a process, not {phase}",
-        )
-    return process
-
-
-def _among(known: list[str]) -> str:
-    return f" (processes: {', '.join(known)})" if known else " (no processes are configured)"
 
 
 def _parse_url(entry: Settings) -> str | None:

@@ -27,6 +27,15 @@ podman="$here/podman"
 
 log() { echo "build-image: $*" >&2; }
 
+# A typo in PLUGINS fails here, in one line, not minutes into the build.
+optional=$("$here/image/stage.sh" optional)
+for name in ${PLUGINS:-}; do
+    if [[ " $optional " != *" $name "* ]]; then
+        log "unknown plugin '$name' in PLUGINS: choose from $optional (the others are always included)"
+        exit 2
+    fi
+done
+
 command -v "${PODMAN:-podman}" >/dev/null || {
     log "podman is not installed (apt-get install podman runc; or build with any OCI builder: docker build .)"
     exit 1

@@ -157,21 +157,16 @@ def build_derived_image(base: BuiltImage, dockerfile: Path, context: Path) -> st
     """``podman build`` of a user's image ``FROM`` the project's image."""
     ca = build_ca_bundle()
     ca_args = ["--volume", f"{ca}:/run/build-ca.crt:ro", "--build-arg", "PIP_CERT=/run/build-ca.crt"] if ca else []
+    name = f"{DERIVED_IMAGE}:latest"
+    previous = image_id(name)
     podman(
-        "build",
-        "--label",
-        LABEL,
-        "--build-arg",
-        f"SUPERVISOR_IMAGE={base.name}",
-        *ca_args,
-        "--tag",
-        f"{DERIVED_IMAGE}:latest",
-        "--file",
-        str(dockerfile),
-        str(context),
+        *("build", "--label", LABEL, "--build-arg", f"SUPERVISOR_IMAGE={base.name}", *ca_args),
+        *("--tag", name, "--file", str(dockerfile), str(context)),
         timeout=_BUILD_TIMEOUT,
     )
-    return f"{DERIVED_IMAGE}:latest"
+    if previous and previous != image_id(name):
+        podman("rmi", previous, check=False)  # built from an older project image
+    return name
 
 
 @dataclass

@@ -7,6 +7,7 @@
 #   stage.sh core-deps       the core's runtime dependencies into the venv
 #   stage.sh install SRC     the project and the chosen plugins into the venv
 #   stage.sh runtime-deps    shared libraries the venv needs (runtime stage)
+#   stage.sh optional        the names PLUGINS accepts (for tools/build-image.sh)
 #
 # PLUGINS (build arg) names optional plugins by their directory under
 # plugins/; every plugin not listed in OPTIONAL_PLUGINS is always installed.
@@ -106,5 +107,6 @@ case ${1:-} in
     core-deps) core_deps "${2:?source directory}" ;;
     install) install "${2:?source directory}" ;;
     runtime-deps) runtime_deps ;;
-    *) die "usage: stage.sh build-deps|core-deps SRC|install SRC|runtime-deps" ;;
+    optional) echo "$OPTIONAL_PLUGINS" ;;
+    *) die "usage: stage.sh build-deps|core-deps SRC|install SRC|runtime-deps|optional" ;;
 esac

@@ -97,6 +97,7 @@ class Bench:
         label: str,
         spec: dict[str, object],
     ) -> Iterator[Run]:
+        user_namespace = bool(spec.pop("user_namespace", True))
         directory = self.scratch(f"{label}-{subject.name}")
         channel = Channel(directory / "s")
         if command is None:
@@ -106,7 +107,14 @@ class Bench:
         if subject.name == "supervisord":
             # Its package is also called `supervisor`: nothing of ours may shadow it.
             env["PYTHONPATH"] = ""
-        sandbox = Sandbox(self.probe, channel, subject.argv(run_spec, directory), directory / "init.log", env=env)
+        sandbox = Sandbox(
+            self.probe,
+            channel,
+            subject.argv(run_spec, directory),
+            directory / "init.log",
+            env=env,
+            user_namespace=user_namespace,
+        )
         try:
             yield Run(subject, sandbox, channel, directory)
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import shutil
 import sys
 import time
@@ -62,6 +63,7 @@ def main(argv: Sequence[str]) -> int:
     chosen = subjects([OURS, *[a for a in ANCHORS if a not in missing]])
     names = args.only or list(SCENARIOS)
     started = time.monotonic()
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     rows: list[Row] = []
     with Bench.create(chosen, smoke=args.smoke, verbose=not args.quiet) as bench:
         if missing:
@@ -83,6 +85,7 @@ def main(argv: Sequence[str]) -> int:
         "smoke": args.smoke,
         "duration": time.monotonic() - started,
         "machine": machine(),
+        "load_average_at_start": load_at_start,
         "versions": versions,
         "scenarios": names,
     }

@@ -68,19 +68,25 @@ def _cell(figure: Figure | None) -> str:
 
 
 def render_table(rows: Sequence[Row]) -> list[str]:
-    head = ["scenario", "measure", "unit", "supervisor", *ANCHORS, "ratio to best anchor", "target", "result"]
+    head = ["scenario", "measure", "unit", "supervisor", *ANCHORS, "other baseline", "ratio", "target", "result"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         anchors = [_cell(row.anchors.get(name)) for name in ANCHORS]
-        if row.anchor_label and row.anchors:
-            anchors = [
-                f"{_cell(row.anchors[name])} ({row.anchor_label})" if name in row.anchors else "—"
-                for name in ANCHORS
-            ]
+        others = [f"{name}: {_cell(figure)}" for name, figure in row.anchors.items() if name not in ANCHORS]
         best = row.best_anchor
         ratio = f"{row.ratio:.2f}× {best[0]}" if row.ratio is not None and best else "—"
         status = {"pass": "**pass**", "fail": "**FAIL**"}.get(row.status, row.status)
-        cells = [row.scenario, row.measure, row.unit, _cell(row.ours), *anchors, ratio, row.target.text, status]
+        cells = [
+            row.scenario,
+            row.measure,
+            row.unit,
+            _cell(row.ours),
+            *anchors,
+            "; ".join(others) or "—",
+            ratio,
+            row.target.text,
+            status,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -88,9 +94,12 @@ def render_table(rows: Sequence[Row]) -> list[str]:
 def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     lines = [BEGIN, ""]
     m = meta["machine"]
+    load = ", ".join(f"{x:g}" for x in m.get("load_average", []))
+    load_start = ", ".join(f"{x:g}" for x in meta.get("load_average_at_start", []))
     lines.append(
         f"Run {meta['finished']} ({'smoke size' if meta['smoke'] else 'full size'}, {meta['duration']:.0f} s) "
-        f"on {m['cpus']} × {m['cpu']}, Linux {m['kernel']}, Python {m['python']}; "
+        f"on {m['cpus']} × {m['cpu']}, Linux {m['kernel']}, Python {m['python']}, "
+        f"load average {load_start} at the start and {load} at the end; "
         + ", ".join(f"{name} {version}" for name, version in meta["versions"].items())
         + "."
     )
@@ -105,10 +114,35 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
             if figure.value is not None:
                 lines.append(f"- {row.scenario} ({row.measure}), {name}: {figure.note}")
         lines.append("")
+    gaps = [row for row in rows if row.status != "pass"]
+    if gaps:
+        lines.append("Gaps to the targets in this run:")
+        lines.append("")
+        for row in gaps:
+            lines.append(f"- {_gap(row)}")
+        lines.append("")
     counts = {status: sum(1 for r in rows if r.status == status) for status in ("pass", "fail", "not measured")}
     lines.append(f"Summary: {counts['pass']} pass, {counts['fail']} fail, {counts['not measured']} not measured.")
     lines += ["", END]
     return "\n".join(lines)
+
+
+def _gap(row: Row) -> str:
+    what = f"{row.scenario} ({row.measure})"
+    if row.ours.value is None and not row.ours.problems:
+        return f"{what}: {row.ours.note}"
+    if row.ours.problems:
+        value = f"{_number(row.ours.value)} {row.unit}" if row.ours.value is not None else "no figure"
+        return f"{what}: {value}, but wrong: {'; '.join(row.ours.problems)}"
+    assert row.ours.value is not None
+    limit = row.target.limit
+    if limit and row.target.tolerance is None:
+        factor = f", {row.ours.value / limit:.1f}× the target"
+    elif limit is not None and row.target.tolerance is not None:
+        factor = f", off by {abs(row.ours.value - limit) * 1000:.0f} ms"
+    else:
+        factor = ""
+    return f"{what}: {_number(row.ours.value)} {row.unit} against {row.target.text}{factor}"
 
 
 def write_markdown(path: Path, rows: Sequence[Row], meta: dict[str, Any]) -> None:

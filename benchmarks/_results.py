@@ -58,10 +58,9 @@ class Row:
     unit: str
     target: Target
     ours: Figure
+    # The anchors by name; names other than the anchor inits are other
+    # baselines (the lease hand-over without the plugin, say).
     anchors: dict[str, Figure] = field(default_factory=dict)
-    # For rows whose anchors are another set-up than "the same thing under
-    # another init" (the lease hand-over without the plugin, say).
-    anchor_label: str = ""
 
     @property
     def best_anchor(self) -> tuple[str, float] | None:
@@ -97,7 +96,6 @@ class Row:
             "target": {"text": self.target.text, "limit": self.target.limit, "tolerance": self.target.tolerance},
             "supervisor": self.ours.as_json(),
             "anchors": {name: figure.as_json() for name, figure in self.anchors.items()},
-            "anchor_label": self.anchor_label,
             "best_anchor": best[0] if best else None,
             "ratio": self.ratio,
             "status": self.status,

@@ -25,6 +25,8 @@ from pathlib import Path
 __all__ = ["Channel", "Event", "ExitWatch", "Sandbox", "SandboxError"]
 
 UNSHARE = ("unshare", "-Urpf", "--mount-proc", "--kill-child")
+# Without a user namespace (real root inside), for libvirtd and QEMU.
+UNSHARE_ROOT = ("unshare", "-pf", "--mount-proc", "--kill-child")
 
 
 class SandboxError(Exception):
@@ -136,12 +138,14 @@ class Sandbox:
         *,
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
+        user_namespace: bool = True,
     ) -> None:
         self.log = log
         self.started_ns = time.monotonic_ns()
+        unshare = UNSHARE if user_namespace else UNSHARE_ROOT
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [*UNSHARE, str(probe), "exec-stamp", str(channel.path), *init_argv],
+                [*unshare, str(probe), "exec-stamp", str(channel.path), *init_argv],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -1,0 +1,109 @@
+"""The benchmark suite at a tiny size, through its real runner.
+
+``python -m benchmarks --smoke`` runs every scenario once (a handful of
+signals, forty orphans, one guest...) against the supervisor and every
+anchor, each as PID 1 of its own namespace.  The test asserts the answers a
+user of the suite relies on — every row is there and measured, every init
+exited with the right status, nothing was left running, every orphan was
+reaped — and never a timing: those belong to ``make bench``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.xdist_group("bench"), pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = {
+    "start-up",
+    "signal forwarding",
+    "orphan storm",
+    "exit latency",
+    "memory",
+    "hook concurrency",
+    "escalation accuracy",
+    "endpoint drain",
+    "lease hand-over",
+    "VM shutdown",
+}
+
+
+def run_benchmarks(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("bench")
+    results, docs = out / "results.json", out / "benchmarks.md"
+    proc = run_benchmarks("--smoke", "--quiet", "--json", str(results), "--docs", str(docs))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(results.read_text()), docs.read_text()
+
+
+def _problems(row: dict[str, Any]) -> list[str]:
+    found = [f"supervisor: {p}" for p in row["supervisor"]["problems"]]
+    for name, figure in row["anchors"].items():
+        found += [f"{name}: {p}" for p in figure["problems"]]
+    return found
+
+
+def test_every_scenario_is_measured_for_the_supervisor(smoke: tuple[dict[str, Any], str]) -> None:
+    data, _ = smoke
+    rows = data["rows"]
+    assert {row["scenario"] for row in rows} == SCENARIOS
+    unmeasured = [(row["scenario"], row["supervisor"]["note"]) for row in rows if row["supervisor"]["value"] is None]
+    assert not unmeasured
+
+
+def test_every_init_gave_the_right_answers(smoke: tuple[dict[str, Any], str]) -> None:
+    """Exit statuses, nothing left running, every orphan reaped, every hook
+    finished, guests shut down gracefully: for the supervisor and the anchors."""
+    data, _ = smoke
+    wrong = {row["scenario"] + " / " + row["measure"]: _problems(row) for row in data["rows"] if _problems(row)}
+    assert not wrong
+
+
+def test_the_anchors_are_measured_in_the_same_run(smoke: tuple[dict[str, Any], str]) -> None:
+    data, _ = smoke
+    by_scenario: dict[str, dict[str, Any]] = {}
+    for row in data["rows"]:
+        by_scenario.setdefault(row["scenario"], row)  # memory: the idle row before the Kubernetes one
+    for scenario in ("start-up", "orphan storm", "exit latency", "memory"):
+        anchors = by_scenario[scenario]["anchors"]
+        assert {"tini", "dumb-init", "catatonit", "supervisord"} <= set(anchors)
+        assert all(figure["value"] is not None for figure in anchors.values()), (scenario, anchors)
+    # supervisord forwards no signals and the C inits never escalate: said, not hidden.
+    signals = by_scenario["signal forwarding"]["anchors"]
+    assert signals["supervisord"]["value"] is None and signals["supervisord"]["note"]
+    assert by_scenario["escalation accuracy"]["anchors"]["supervisord"]["value"] is not None
+    assert "no escalation" in by_scenario["escalation accuracy"]["anchors"]["tini"]["note"]
+
+
+def test_the_table_is_regenerated(smoke: tuple[dict[str, Any], str]) -> None:
+    data, docs = smoke
+    table = [line for line in docs.splitlines() if line.startswith("| ")]
+    assert table[0].startswith("| scenario | measure | unit | supervisor | tini |")
+    assert len(table) == 1 + len(data["rows"])
+    assert data["meta"]["smoke"] is True
+
+
+def test_an_unknown_scenario_is_one_line_and_exit_2() -> None:
+    proc = run_benchmarks("--only", "startup", "nonsense", timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nonsense" in lines[0], proc.stderr

@@ -6,33 +6,51 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-APT_STAMP := $(VENV)/.apt-stamp
+CORE_STAMP := $(VENV)/.core-stamp
+DEMO_STAMP := $(VENV)/.demo-stamp
+TEST_APT_STAMP := $(VENV)/.test-apt-stamp
 DEV_STAMP := $(VENV)/.dev-stamp
 
-# Debian packages: build deps of python-prctl (gcc, libcap-dev), the venv,
-# util-linux's unshare for PID namespaces, libvirt + QEMU for the VM tests,
-# podman/runc/debootstrap for the image tests, the anchors of the benchmarks.
-APT_PACKAGES := python3 python3-venv python3-dev gcc make libcap-dev pkg-config \
-	util-linux procps psmisc iproute2 ca-certificates curl \
+# Debian packages for the supervisor itself: the venv, python-prctl's build
+# deps (gcc, libcap-dev), util-linux's unshare for PID namespaces.
+APT_CORE := python3 python3-venv python3-dev gcc make libcap-dev pkg-config util-linux procps ca-certificates
+# ...and for the whole test suite: libvirt + QEMU and the guest's parts for
+# the VM tests, podman/runc/debootstrap for the image tests, the benchmarks'
+# anchors (tini, dumb-init, catatonit, supervisord).
+APT_TEST := psmisc iproute2 curl \
 	libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils busybox-static cpio \
 	podman runc debootstrap \
 	tini dumb-init catatonit supervisor
 
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
+DEMO_PLUGINS := plugins/sleep plugins/exec plugins/http
 
 .PHONY: all setup dev test lint typecheck demo image bench clean
 
 all: test
 
-$(APT_STAMP):
+define apt_install
 	@if [ "$$(id -u)" != 0 ]; then echo "make: run as root (apt-get is needed once)" >&2; exit 1; fi
 	DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1) >/dev/null
+endef
+
+$(CORE_STAMP):
+	$(call apt_install,$(APT_CORE))
 	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
 	touch $@
 
-$(DEV_STAMP): $(APT_STAMP) pyproject.toml $(PLUGINS) requirements-dev.txt
-	$(PIP) install -q --upgrade pip
+$(DEMO_STAMP): $(CORE_STAMP) pyproject.toml
+	$(PIP) install -q -e . $(addprefix -e ,$(DEMO_PLUGINS))
+	$(PY) -m compileall -q supervisor plugins >/dev/null
+	touch $@
+
+$(TEST_APT_STAMP): $(CORE_STAMP)
+	$(call apt_install,$(APT_TEST))
+	touch $@
+
+$(DEV_STAMP): $(TEST_APT_STAMP) pyproject.toml $(PLUGINS) requirements-dev.txt
 	$(PIP) install -q -r requirements-dev.txt
 	$(PIP) install -q -e . $(addprefix -e ,$(dir $(PLUGINS)))
 	$(PY) -m compileall -q supervisor plugins >/dev/null
@@ -54,10 +72,10 @@ test: $(DEV_STAMP)
 	$(MAKE) --no-print-directory lint || status=1; \
 	exit $$status
 
-demo: $(DEV_STAMP)
+demo: $(DEMO_STAMP)
 	@examples/demo.sh
 
-image: $(APT_STAMP)
+image: $(TEST_APT_STAMP)
 	@tools/build-image.sh
 
 bench: $(DEV_STAMP)

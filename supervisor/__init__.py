@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from ._status import ExitStatus as ExitStatus
     from ._timeline import Step as Step
     from ._timeline import Timeline as Timeline
+    from ._units import format_duration as format_duration
+    from ._units import parse_duration as parse_duration
     from .config import Config as Config
     from .config import ConfigError as ConfigError
     from .config import Position as Position
@@ -44,6 +46,8 @@ _EXPORTS = {
     "Deadline": "._deadline",
     "ExitStatus": "._status",
     "Step": "._timeline",
+    "format_duration": "._units",
+    "parse_duration": "._units",
     "Timeline": "._timeline",
     "Config": ".config",
     "ConfigError": ".config",
@@ -69,7 +73,9 @@ __all__ = [
     "Step",
     "Timeline",
     "__version__",
+    "format_duration",
     "hookimpl",
+    "parse_duration",
     "read_phase",
 ]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 
-from supervisor import Config, Context, Deadline, ProcessInfo, Settings, hookimpl
+from supervisor import SKIP, Config, Context, Deadline, ProcessInfo, Settings, hookimpl
 
 from ._settings import LibvirtSettings, parse
 
@@ -66,17 +66,21 @@ async def supervisor_background(ctx: Context) -> None:
 
 
 @hookimpl
-async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> None:
+async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> object:
     settings = _settings(ctx)
-    if settings.process is not None and process.name == settings.process:
-        await _shut_down(ctx, settings, deadline, "before_process_stop")
+    if settings.process is None or process.name != settings.process:
+        return SKIP
+    await _shut_down(ctx, settings, deadline, "before_process_stop")
+    return None
 
 
 @hookimpl
-async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
+async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> object:
     settings = _settings(ctx)
-    if settings.process is None:
-        await _shut_down(ctx, settings, deadline, "pre_stop")
+    if settings.process is not None:
+        return SKIP
+    await _shut_down(ctx, settings, deadline, "pre_stop")
+    return None
 
 
 async def _shut_down(ctx: Context, settings: LibvirtSettings, deadline: Deadline, phase: str) -> None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from supervisor._units import format_duration, parse_duration
+from supervisor import format_duration, parse_duration
 
 from . import _domains as ops
 from ._actions import FINAL

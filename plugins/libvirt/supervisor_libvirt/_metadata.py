@@ -23,7 +23,7 @@ import datetime as dt
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-from supervisor._units import format_duration, parse_duration
+from supervisor import format_duration, parse_duration
 
 __all__ = ["KEY", "NAMESPACE", "ShutdownRequest"]
 

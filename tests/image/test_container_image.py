@@ -43,6 +43,15 @@ def _first(logs: str, pattern: str) -> int:
     return found[0]
 
 
+def _shutdown_seconds(logs: str) -> float:
+    """How long the supervisor's shutdown took, from its timeline header
+    ("shutdown timeline (received SIGTERM; 0.064s of 15s)").  Measured by the
+    supervisor itself, so a busy machine's slow podman does not blur it."""
+    match = re.search(r"shutdown timeline \([^;]*; ([\d.]+)s of ", logs)
+    assert match, f"no shutdown timeline in:\n{logs}"
+    return float(match.group(1))
+
+
 def _config(tmp_path: Path, text: str) -> list[str]:
     """podman options that mount ``text`` as the supervisor's configuration."""
     path = tmp_path / "supervisor.yaml"
@@ -184,11 +193,12 @@ def test_podman_stop_runs_the_shutdown_plan_in_order(image: BuiltImage, containe
     container.wait_for_log(r"metrics is ready")
     container.wait_for_log(r"started worker")
 
-    took = container.stop(10)
+    container.stop(10)
 
     logs = container.logs()
-    assert container.exit_code() == 0, logs  # web exits 0 on its stop signal (SIGINT)
-    assert took < 6, f"podman stop took {took:.1f}s:\n{logs}"
+    # web exits 0 on its stop signal (SIGINT); podman's SIGKILL would be 137.
+    assert container.exit_code() == 0, logs
+    assert _shutdown_seconds(logs) < 5, logs
     # Dependents first: worker and metrics stop (and have exited) before web
     # gets its stop signal.
     web = _first(logs, r"stopping web \(pid \d+\) with SIGINT")
@@ -218,32 +228,35 @@ def test_a_child_ignoring_sigterm_is_killed_by_the_supervisor_before_podman(
     took = container.stop(5)
 
     logs = container.logs()
-    # The supervisor's own SIGKILL at its 2 s deadline, well before podman's
-    # at 5 s -- and it lived to log the escalation and its timeline.
+    # The supervisor's own SIGKILL at its 2 s deadline, before podman's at
+    # 5 s: it lived on to log the escalation, its timeline and its exit.
     assert container.exit_code() == 128 + 9, logs
-    assert 1.5 < took < 4.5, f"podman stop took {took:.1f}s:\n{logs}"
-    assert re.search(r"escalating: SIGKILL to \S+ \(pid \d+\)", logs), logs
-    assert "shutdown timeline" in logs
+    assert re.search(r"escalating: SIGKILL to \S+ \(pid \d+\) after the shutdown deadline", logs), logs
+    assert 1.9 < _shutdown_seconds(logs) < 3.5, logs
+    assert _first(logs, r"exiting with status 137") > _first(logs, r"escalating: SIGKILL")
+    assert took > 1.9, f"podman stop returned after {took:.1f}s, before the grace period:\n{logs}"
 
 
 def test_orphans_inside_the_container_leave_no_zombie(image: BuiltImage, containers: Containers) -> None:
     orphans = 20
-    script = f"for i in $(seq {orphans}); do (sleep 3 &); done; echo spawned; exec sleep 3600"
+    # Each subshell exits at once, leaving its `sleep` to PID 1 -- the
+    # supervisor's init layer, which has to reap it when it dies.
+    script = f"for i in $(seq {orphans}); do (sleep 600 &); done; echo spawned; exec sleep 3600"
     container = containers.start(image.name, "--", "sh", "-c", script)
     container.wait_for_log(r"^spawned")
 
     adopted = [p for p in container.processes() if p[1] == "sleep" and p[3] == 1]
-    assert len(adopted) == orphans, container.processes()  # re-parented to PID 1
+    assert len(adopted) == orphans, container.processes()
 
-    table: list[tuple[int, str, str, int]] = []
-    deadline = 15.0
-    while adopted and deadline > 0:
-        podman("exec", container.name, "sleep", "0.5")
-        deadline -= 0.5
+    container.exec("sh", "-c", 'kill "$@"', "kill", *(str(p[0]) for p in adopted))
+    table = container.processes()
+    for _ in range(50):  # 10 s; reaping takes milliseconds
+        if not any(p[1] == "sleep" and p[3] == 1 for p in table):
+            break
+        podman("exec", container.name, "sleep", "0.2")
         table = container.processes()
-        adopted = [p for p in table if p[1] == "sleep" and p[3] == 1]
-    assert not adopted, table
-    assert [p for p in table if p[2] == "Z"] == [], table
+    assert [p for p in table if p[1] == "sleep" and p[3] == 1] == [], table
+    assert [p for p in table if p[2] == "Z"] == [], table  # no zombie: every orphan reaped
 
     container.stop(10)
     assert container.exit_code() == 128 + 15  # sleep, the main process, died of SIGTERM
@@ -304,11 +317,11 @@ def test_a_derived_image_runs_a_third_party_plugin_hook_on_stop(
     container = containers.start(derived, "-c", "/etc/supervisor/supervisor.yaml", options=options)
     container.wait_for_log(r"^app: serving")
 
-    took = container.stop(10)
+    container.stop(10)
 
     logs = container.logs()
     assert container.exit_code() == 0, logs
-    assert took < 6, f"podman stop took {took:.1f}s:\n{logs}"
+    assert _shutdown_seconds(logs) < 5, logs
     # pre_stop wrote the marker and waited; only then was the app stopped.
     assert _first(logs, r"^app: drain marker appeared") < _first(logs, r"^app: SIGTERM, marker present: True")
     assert _first(logs, r"removed drain marker /tmp/drain/draining") > _first(logs, r"^app: SIGTERM")

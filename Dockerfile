@@ -1,7 +1,7 @@
 # The supervisor as a container's PID 1.
 #
 #   make image                                   # tools/build-image.sh: podman build + size
-#   podman build -t pid1-supervisor .            # any OCI builder works too
+#   podman build -t pid1-supervisor .            # any OCI builder (docker: BuildKit, the default)
 #   podman build --build-arg PLUGINS="kubernetes libvirt" -t pid1-supervisor:full .
 #   podman run --rm pid1-supervisor -- sh -c 'exit 3'     # exits 3
 #
@@ -10,7 +10,7 @@
 # /usr/local, Debian's own python3 lives in /usr -- the venv is made with
 # whichever `python3` the base provides, and both stages use the same base so
 # the venv's interpreter link stays valid.  Without a registry:
-# BASE_IMAGE=$(tools/local-base.sh) make image.
+# LOCAL_BASE=1 make image (a debootstrap base, tools/local-base.sh).
 #
 # PLUGINS: optional plugins (directories under plugins/) to add to the
 # built-in ones: "kubernetes", "libvirt" or both.  Your own plugins go into an
@@ -29,10 +29,9 @@ ENV PYTHONDONTWRITEBYTECODE=1
 COPY tools/image/stage.sh /usr/local/lib/pid1-supervisor/stage.sh
 RUN /usr/local/lib/pid1-supervisor/stage.sh build-deps
 # The dependencies first, from pyproject.toml alone, so that editing the
-# sources does not recompile python-prctl.
-# pip's cache (wheels built from sdists: python-prctl, libvirt-python) lives in
-# a cache mount, outside every layer, so that a change to the sources does not
-# compile them again either.
+# sources keeps that layer.  pip's cache (with the wheels built from sdists:
+# python-prctl, libvirt-python) is a cache mount, outside every layer, so
+# that a plugin's dependencies are not compiled again either.
 COPY pyproject.toml /src/pyproject.toml
 RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     /usr/local/lib/pid1-supervisor/stage.sh core-deps /src

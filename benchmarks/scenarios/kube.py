@@ -31,6 +31,7 @@ from .._bench import REPO, Bench
 from .._results import Figure, Row, Target
 from .._sandbox import Sandbox, SandboxError
 from .._subjects import Subject
+from .core import measure_memory
 
 __all__ = ["endpoint_drain", "lease_handover", "memory_with_kubernetes"]
 
@@ -125,22 +126,16 @@ def memory_with_kubernetes(bench: Bench) -> list[Row]:
 
 
 def _memory_after_connect(bench: Bench, subject: Subject, kube: KubeEnv, yaml: str) -> Figure:
-    """Like core.measure_memory, but measured once the plugin has imported
-    the client and read its pod (its steady state for the pod's life)."""
-    problems: list[str] = []
-    settle = 0.3 if bench.smoke else 2.0
-    with bench.run(subject, ["term-exit", "{sock}"], label="memory-k8s", yaml=yaml, env=kube.env) as run:
-        run.ready()
+    """Measured once the plugin has imported the client and read its pod:
+    its steady state for the pod's life."""
+
+    def connected(problems: list[str]) -> None:
         if not kube.wait_for_pod_read():
             problems.append("the plugin never read its pod")
-        time.sleep(settle)
-        from .core import pss_mib
 
-        pids = run.init_pids(bench.probe)
-        value = pss_mib(pids)
-        run.sandbox.signal(signal.SIGTERM)
-        run.expect_exit(problems, 0)
-    return Figure(value, f"{len(pids)} process(es), after the plugin read its pod", problems)
+    figure = measure_memory(bench, subject, label="memory-k8s", idle=connected, yaml=yaml, env=kube.env)
+    figure.note += ", after the plugin read its pod"
+    return figure
 
 
 # -- endpoint drain ---------------------------------------------------------------

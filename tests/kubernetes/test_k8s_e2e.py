@@ -171,6 +171,6 @@ def test_the_pods_deadline_is_honoured(kube: KubeTarget, tmp_path: Path) -> None
         finished = time.monotonic()
     assert finished - deleted < 4.5, f"the supervisor outlived the pod's grace period\n{sup.output}"
     assert "deadline shortened" in sup.output
-    assert "endpoint drain timed out" in sup.output
+    assert "endpoint drain timed out" in sup.output, sup.output
     events = _report(report)
     assert "sigterm" in events, "the controller was never asked to stop"

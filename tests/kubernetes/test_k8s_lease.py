@@ -37,13 +37,20 @@ async def test_released_like_client_go_and_the_standby_takes_over(kube: KubeTarg
         await h.after_stop(Deadline(10))
     released_at = time.monotonic()
     assert any("released lease" in m and "ctrl-0_6f1c2a" in m for m in logs.messages), logs.messages
-    lease = cluster.read_lease(LEASE) if not standby.leading else None
-    if lease is not None:  # the standby may already have taken it
-        spec = lease["spec"]
+    spec = cluster.read_lease(LEASE)["spec"]
+    if spec["holderIdentity"] != "ctrl-1_98ab01":  # the standby has not taken it yet
         assert spec["holderIdentity"] == ""
         assert spec["leaseDurationSeconds"] == 1
         assert spec["leaseTransitions"] == before["spec"]["leaseTransitions"]
         assert spec["acquireTime"] == spec["renewTime"]
+    if kube.fake is not None:  # the write itself, whoever came next
+        (release,) = [
+            r.body["spec"]
+            for r in kube.fake.requests_matching("PUT", f"/leases/{LEASE}$")
+            if r.body["spec"].get("holderIdentity") == ""
+        ]
+        assert release["leaseDurationSeconds"] == 1
+        assert release["leaseTransitions"] == before["spec"]["leaseTransitions"]
     # client-go retries every RetryPeriod with jitter 1.2: 0.6 s here, plus slack.
     deadline = released_at + 0.5 * 1.2 + 1.0
     while not standby.leading and time.monotonic() < deadline:

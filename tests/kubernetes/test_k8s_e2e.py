@@ -91,6 +91,16 @@ def _supervise(kube: KubeTarget, tmp_path: Path, report: Path) -> Supervisor:
             sup.kill()
             raise AssertionError(f"the controller never led\n{sup.output}")
         time.sleep(0.05)
+    # A pod runs for a while before it is deleted: let the plugin's background
+    # hook load the client and read the pod, as it would have long before.
+    if kube.fake is not None:
+        while not kube.fake.requests_matching("GET", "/pods/ctrl-0$"):
+            if time.monotonic() > deadline:
+                sup.kill()
+                raise AssertionError(f"the plugin never read its pod\n{sup.output}")
+            time.sleep(0.05)
+    else:
+        time.sleep(3)
     return sup
 
 

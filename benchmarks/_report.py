@@ -110,8 +110,11 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
     if notes:
         lines.append("Details:")
         lines.append("")
+        seen: set[tuple[str, str, str]] = set()
         for row, name, figure in notes:
-            if figure.value is not None:
+            key = (row.scenario, name, figure.note)  # the p50 and p99 rows share their runs
+            if figure.value is not None and key not in seen:
+                seen.add(key)
                 lines.append(f"- {row.scenario} ({row.measure}), {name}: {figure.note}")
         lines.append("")
     gaps = [row for row in rows if row.status != "pass"]

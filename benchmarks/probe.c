@@ -12,6 +12,7 @@
  *   probe term-exit SOCK                 "ready"; stamp "term" and exit 0 on SIGTERM
  *   probe ignore-term SOCK               "ready"; ignore SIGTERM, sleep until killed
  *   probe orphans SOCK OUT N BURST       make N orphans, BURST at a time; write zombie ages (ns) to OUT
+ *                                        (a separate observer process watches them being reaped)
  *
  * Only async-signal-safe calls (clock_gettime, sendto, _exit) run in handlers.
  */
@@ -29,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <poll.h>
 
 static int sock = -1;
 static struct sockaddr_un peer;
@@ -159,55 +161,61 @@ static pid_t make_orphan(int report_fd) {
     _exit(0);
 }
 
-static int orphans(const char *out_path, long total, long burst) {
-    int report[2];
-    if (pipe(report) < 0) die("pipe");
+/* The observer: a process of its own, so that watching never waits for the
+ * forking.  It takes each orphan's record as it arrives and checks every
+ * pending orphan's /proc entry every 50 µs until PID 1 has reaped it; an
+ * orphan still there 10 s after its exit counts as lost.  At EOF on the
+ * report pipe (every orphan has exited and the forker is done) it writes the
+ * ages, reports "orphans REAPED LOST <ns> ZOMBIES" and exits 0 if all went. */
+static int observe(int report_fd, const char *out_path, long total) {
+    struct record *pending = calloc((size_t)total, sizeof *pending);
     long long *ages = calloc((size_t)total, sizeof *ages);
-    struct record *pending = calloc((size_t)burst, sizeof *pending);
-    long long *gone_at = calloc((size_t)burst, sizeof *gone_at);
-    if (!ages || !pending || !gone_at) die("calloc");
-    long made = 0, reaped = 0, lost = 0;
-    while (made < total) {
-        long n = total - made < burst ? total - made : burst;
-        for (long i = 0; i < n; i++) {
-            pid_t middle = make_orphan(report[1]);
-            int status;
-            while (waitpid(middle, &status, 0) < 0 && errno == EINTR) {
+    if (!pending || !ages) die("calloc");
+    if (fcntl(report_fd, F_SETFL, O_NONBLOCK) < 0) die("fcntl");
+    long waiting = 0, reaped = 0, lost = 0;
+    int eof = 0;
+    struct record buf[64];
+    size_t partial = 0;
+    struct timespec nap = {0, 50000};
+    while (!eof || waiting > 0) {
+        for (;;) {
+            ssize_t r = read(report_fd, (char *)buf + partial, sizeof buf - partial);
+            if (r == 0) {
+                eof = 1;
+                break;
             }
-        }
-        for (long i = 0; i < n; i++) {
-            size_t got = 0;
-            while (got < sizeof pending[i]) {
-                ssize_t r = read(report[0], (char *)&pending[i] + got, sizeof pending[i] - got);
-                if (r < 0 && errno == EINTR) continue;
-                if (r <= 0) die("read report");
-                got += (size_t)r;
+            if (r < 0) {
+                if (errno == EINTR) continue;
+                if (errno == EAGAIN) break;
+                die("read report");
             }
-            gone_at[i] = 0;
+            partial += (size_t)r;
+            size_t whole = partial / sizeof(struct record);
+            for (size_t i = 0; i < whole && waiting < total; i++) pending[waiting++] = buf[i];
+            memmove(buf, (char *)buf + whole * sizeof(struct record), partial - whole * sizeof(struct record));
+            partial -= whole * sizeof(struct record);
         }
-        /* Watch each zombie's /proc entry until PID 1 has reaped it; give up
-         * on one after 10 s (it counts as left over). */
-        long left = n;
-        long long give_up = now_ns() + 10000000000LL;
-        struct timespec nap = {0, 50000};
-        while (left > 0 && now_ns() < give_up) {
-            for (long i = 0; i < n; i++) {
-                if (gone_at[i] == 0 && !proc_exists(pending[i].pid)) {
-                    gone_at[i] = now_ns();
-                    left--;
+        long long now = now_ns();
+        for (long i = 0; i < waiting;) {
+            int gone = !proc_exists(pending[i].pid);
+            if (gone || now - pending[i].exited_ns > 10000000000LL) {
+                if (gone) {
+                    long long age = now_ns() - pending[i].exited_ns;
+                    ages[reaped++] = age < 0 ? 0 : age;
+                } else {
+                    lost++;
                 }
-            }
-            if (left > 0) nanosleep(&nap, NULL);
-        }
-        for (long i = 0; i < n; i++) {
-            if (gone_at[i] == 0) {
-                lost++;
+                pending[i] = pending[--waiting];
                 continue;
             }
-            long long age = gone_at[i] - pending[i].exited_ns;
-            ages[reaped++] = age < 0 ? 0 : age;
+            i++;
         }
-        made += n;
+        if (waiting == 0 && !eof) {
+            struct pollfd pfd = {report_fd, POLLIN, 0};
+            poll(&pfd, 1, -1);  /* nothing to watch: sleep until the next record */
+        } else if (waiting > 0) {
+            nanosleep(&nap, NULL);
+        }
     }
     FILE *out = fopen(out_path, "w");
     if (!out) die(out_path);
@@ -217,7 +225,37 @@ static int orphans(const char *out_path, long total, long burst) {
     char tag[64];
     snprintf(tag, sizeof tag, "orphans %ld %ld", reaped, lost);
     send_event(tag, now_ns(), zombies < 0 ? 0 : zombies);
-    return lost == 0 && zombies == 0 ? 0 : 1;
+    return reaped == total && zombies == 0 ? 0 : 1;
+}
+
+/* The forker: BURST orphans at once, a 10 ms pause, and again until TOTAL. */
+static int orphans(const char *out_path, long total, long burst) {
+    int report[2];
+    if (pipe(report) < 0) die("pipe");
+    pid_t observer = fork();
+    if (observer < 0) die("fork");
+    if (observer == 0) {
+        close(report[1]);
+        _exit(observe(report[0], out_path, total));
+    }
+    close(report[0]);
+    struct timespec pause_between = {0, 10000000};
+    for (long made = 0; made < total;) {
+        long n = total - made < burst ? total - made : burst;
+        for (long i = 0; i < n; i++) {
+            pid_t middle = make_orphan(report[1]);
+            int status;
+            while (waitpid(middle, &status, 0) < 0 && errno == EINTR) {
+            }
+        }
+        made += n;
+        nanosleep(&pause_between, NULL);
+    }
+    close(report[1]);  /* the observer sees EOF once the last orphan has exited too */
+    int status;
+    while (waitpid(observer, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 static void usage(void) {

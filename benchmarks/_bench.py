@@ -161,5 +161,19 @@ class Run:
         code = self.sandbox.exit_code()
         if code != expected:
             figure_problems.append(f"exit status {code}, expected {expected}")
+        if self.subject.name == OURS:
+            crash = _traceback(self.sandbox.output(lines=10_000))
+            if crash:
+                figure_problems.append(f"a traceback in the supervisor's log: {crash}")
         return at
+
+
+def _traceback(log: str) -> str | None:
+    """The exception line of the last traceback in ``log``, if any."""
+    lines = log.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return None
+    after = lines[starts[-1] + 1 :]
+    return next((line for line in after if line and not line[0].isspace()), "(no exception line)")
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from benchmarks._bench import _traceback
 from benchmarks._results import Figure, Row, Target, percentile
 
 
@@ -46,3 +47,9 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(samples, 50) == 50.0
     assert percentile(samples, 99) == 99.0
     assert percentile([3.0], 99) == 3.0
+
+
+def test_a_traceback_in_the_log_is_found_with_its_exception_line() -> None:
+    log = "started\nTraceback (most recent call last):\n  File 'x.py', line 1\n    boom()\nRuntimeError: boom\nexiting"
+    assert _traceback(log) == "RuntimeError: boom"
+    assert _traceback("started\nexiting with status 0") is None

@@ -12,9 +12,13 @@ import contextlib
 import signal
 from types import FrameType
 
-from ._units import FORWARDABLE_SIGNALS
+from ._units import FORWARDABLE_SIGNALS, PIPE_RELAY
 
-__all__ = ["EarlySignals"]
+__all__ = ["ORCHESTRATOR_SIGNALS", "EarlySignals"]
+
+# What the orchestrator listens to: everything forwardable, but SIGPIPE only
+# as relayed by the init layer (see PIPE_RELAY); its own SIGPIPE stays ignored.
+ORCHESTRATOR_SIGNALS = (FORWARDABLE_SIGNALS - {signal.SIGPIPE}) | {PIPE_RELAY}
 
 
 class EarlySignals:
@@ -24,7 +28,7 @@ class EarlySignals:
     @classmethod
     def install(cls, parent_pid: int) -> EarlySignals:
         early = cls()
-        for signo in FORWARDABLE_SIGNALS:
+        for signo in ORCHESTRATOR_SIGNALS:
             signal.signal(signo, early._record)
         # If the init layer is SIGKILLed (possible only when it is not PID 1),
         # the kernel tells us with SIGTERM and we shut our processes down
@@ -43,7 +47,7 @@ class EarlySignals:
         return early
 
     def _record(self, signo: int, _frame: FrameType | None) -> None:
-        self.pending.append(signo)
+        self.pending.append(signal.SIGPIPE if signo == PIPE_RELAY else signo)
 
     def take(self) -> list[int]:
         taken, self.pending = self.pending, []

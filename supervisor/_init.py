@@ -31,7 +31,7 @@ import time
 from typing import NoReturn
 
 from ._log import LogSettings, write
-from ._units import FORWARDABLE_SIGNALS, signal_name
+from ._units import FORWARDABLE_SIGNALS, PIPE_RELAY, signal_name
 
 __all__ = ["main"]
 
@@ -134,17 +134,23 @@ class InitLayer:
             self._say(logging.DEBUG, "not PID 1: registered as child subreaper")
 
     def _supervise_orchestrator(self, status_pipe: int) -> None:
+        me = os.getpid()
         while self.orchestrator_status is None:
             info = signal.sigwaitinfo(_BLOCKED)
             signo = info.si_signo
-            if signo == signal.SIGCHLD:
-                self._reap()
+            # sigwaitinfo hands out the lowest pending signal first, so a
+            # stream of them must never starve SIGCHLD: reap on every wake-up.
+            self._reap()
+            if signo == signal.SIGCHLD or info.si_pid == me:
+                # Our own SIGPIPE (a log line to a closed stderr) is ours alone;
+                # passing it on would feed a loop of log lines and signals.
+                pass
             elif signo in FORWARDABLE_SIGNALS:
                 self._say(
                     logging.DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=info.si_pid
                 )
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.orchestrator, signo)
+                    os.kill(self.orchestrator, PIPE_RELAY if signo == signal.SIGPIPE else signo)
             self._read_status_pipe(status_pipe)
 
     def _reap(self) -> None:

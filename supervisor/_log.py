@@ -25,6 +25,7 @@ class LogSettings:
     def __init__(self, fmt: str = "text", level: str = "info") -> None:
         self.format = fmt
         self.level = _LEVELS.get(level, logging.INFO)
+        self.silenced = False
 
     @classmethod
     def from_environment(cls) -> LogSettings:
@@ -62,14 +63,16 @@ def write(
     settings: LogSettings, level: int, logger: str, message: str, fields: dict[str, Any], stream: TextIO | None = None
 ) -> None:
     """Log from the init layer (no `logging` machinery there)."""
-    if level < settings.level:
+    if level < settings.level or settings.silenced:
         return
     out = stream or sys.stderr
     try:
         out.write(format_record(settings.format, level, logger, message, fields) + "\n")
         out.flush()
     except (OSError, ValueError):
-        pass  # a closed stderr must never take PID 1 down
+        # A closed stderr must never take PID 1 down, nor make it retry
+        # (and raise SIGPIPE) for every later line.
+        settings.silenced = True
 
 
 class _Formatter(logging.Formatter):

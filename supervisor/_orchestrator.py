@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 import trio
 
 from ._deadline import Deadline
+from ._early import ORCHESTRATOR_SIGNALS
 from ._log import LogSettings, configure_logging
 from ._plan import ShutdownPlan
 from ._status import ExitStatus
 from ._timeline import Timeline
-from ._units import FORWARDABLE_SIGNALS, format_duration, signal_name
+from ._units import PIPE_RELAY, format_duration, signal_name
 from .config import Config, start_levels
 from .runtime import SupervisedProcess
 
@@ -111,7 +112,7 @@ class Orchestrator:
         self.host.bind(self.config, self.processes, self.timeline, self.main_exited)
         async with trio.open_nursery() as root:
             self._events_nursery = root
-            with trio.open_signal_receiver(*FORWARDABLE_SIGNALS) as signals:
+            with trio.open_signal_receiver(*ORCHESTRATOR_SIGNALS) as signals:
                 # Signals that arrived while we were importing.
                 for signo in self.early.take() if self.early else ():
                     self._on_signal(signo)
@@ -196,6 +197,8 @@ class Orchestrator:
             self._on_signal(signo)
 
     def _on_signal(self, signo: int) -> None:
+        if signo == PIPE_RELAY:
+            signo = signal.SIGPIPE
         target = self.options.rewrite.get(signo, signo)
         if signo in _SHUTDOWN_SIGNALS:
             if self.shutdown_requested.is_set():

@@ -12,6 +12,7 @@ import signal
 
 __all__ = [
     "FORWARDABLE_SIGNALS",
+    "PIPE_RELAY",
     "format_duration",
     "parse_duration",
     "parse_signal",
@@ -34,6 +35,11 @@ _NOT_FORWARDED = {
     signal.SIGTTOU,
 }
 FORWARDABLE_SIGNALS: frozenset[int] = frozenset(s for s in range(1, 32) if s not in _NOT_FORWARDED)
+
+# The init layer relays a SIGPIPE that somebody sent as this real-time signal:
+# the orchestrator must keep SIGPIPE itself ignored, or every write of its own
+# (or a plugin's) to a closed pipe would be "forwarded" to the main process.
+PIPE_RELAY = int(signal.SIGRTMIN) + 1
 
 
 def parse_duration(text: str | int | float) -> float:

@@ -130,15 +130,29 @@ def test_rewrite_maps_and_drops_signals() -> None:
 def test_process_group_forwarding_reaches_the_whole_pipeline(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     loop = "while :; do sleep 0.05; done"
-    child = f"(trap 'echo sub >> {marker}; exit 0' USR1; {loop}) &"
-    script = f"trap 'echo $$ >> {marker}; exit 0' USR1; {child} echo ready; {loop}"
+    child = f"(trap 'echo sub >> {marker}; exit 0' USR1; echo sub ready; {loop}) &"
+    script = f"trap 'echo main >> {marker}; exit 0' USR1; {child} echo main ready; {loop}"
     with Supervisor(["-g", "--", "sh", "-c", script]) as sup:
-        sup.wait_for("^ready$", stream="stdout")
+        sup.wait_for("^main ready$", stream="stdout")
+        sup.wait_for("^sub ready$", stream="stdout")  # both traps are in place
         sup.signal(signal.SIGUSR1)
-        wait_until(lambda: marker.exists() and "sub" in marker.read_text())
+        wait_until(lambda: marker.exists() and len(marker.read_text().split()) == 2)
         sup.signal(signal.SIGTERM)
         sup.wait()
-    assert len(marker.read_text().split()) == 2
+    assert sorted(marker.read_text().split()) == ["main", "sub"]
+
+
+def test_without_process_group_only_the_main_process_is_signalled(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    loop = "while :; do sleep 0.05; done"
+    child = f"(trap 'echo sub >> {marker}; exit 0' USR1; echo sub ready; {loop}) &"
+    script = f"trap 'echo main >> {marker}; exit 0' USR1; {child} echo main ready; wait"
+    with Supervisor(["--", "sh", "-c", script]) as sup:
+        sup.wait_for("^sub ready$", stream="stdout")
+        sup.wait_for("^main ready$", stream="stdout")
+        sup.signal(signal.SIGUSR1)
+        sup.wait()
+    assert marker.read_text().split() == ["main"]
 
 
 def test_child_ignoring_sigterm_is_killed_at_the_deadline() -> None:
@@ -325,3 +339,35 @@ def test_a_stopped_main_process_is_continued_so_it_can_stop() -> None:
         )
         sup.signal(signal.SIGTERM)
         assert sup.wait() == 0
+
+
+def test_the_supervisors_own_broken_pipes_are_not_forwarded(tmp_path: Path) -> None:
+    # The supervisor's log goes to a pipe whose reader is gone: its writes
+    # raise SIGPIPE inside the supervisor.  That must not reach the main
+    # process, while a SIGPIPE sent from outside still does.
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        proc = subprocess.Popen(
+            [*UNSHARE, SUPERVISOR, "-v", "--", PY, "-c", SIGNAL_REPORTER],
+            stdout=subprocess.PIPE,
+            stderr=writer,
+            text=True,
+        )
+    finally:
+        os.close(writer)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        inner = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+        os.kill(inner, signal.SIGUSR1)  # logs "forwarded", which hits the broken pipe
+        assert proc.stdout.readline().strip() == f"got {int(signal.SIGUSR1)}"
+        os.kill(inner, signal.SIGPIPE)
+        assert proc.stdout.readline().strip() == f"got {int(signal.SIGPIPE)}"
+        os.kill(inner, signal.SIGTERM)
+        rest = proc.stdout.read().split()
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rest == ["got", str(int(signal.SIGTERM))]

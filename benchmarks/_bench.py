@@ -4,34 +4,39 @@ and one way to start an init under test with the probe as its main process."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ._sandbox import Channel, Sandbox
 from ._subjects import OURS, RunSpec, Subject
 
-__all__ = ["Bench", "build_probe"]
+__all__ = ["Bench", "Run", "SetupError", "build_probe"]
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
 
+class SetupError(Exception):
+    """The run cannot start here; the message says why."""
+
+
 def build_probe(directory: Path) -> Path:
     """Compile probe.c (a second or less) into ``directory``."""
-    source = HERE / "probe.c"
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
-    binary = directory / f"probe-{digest}"
+    binary = directory / "probe"
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
-        raise RuntimeError("no C compiler (gcc) to build the benchmark probe; `make bench` installs it")
-    subprocess.run([compiler, "-O2", "-Wall", "-o", str(binary), str(source)], check=True)
+        raise SetupError("no C compiler (gcc) to build benchmarks/probe.c; `make bench` installs one")
+    result = subprocess.run(
+        [compiler, "-O2", "-Wall", "-o", str(binary), str(HERE / "probe.c")], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise SetupError(f"benchmarks/probe.c does not compile: {result.stderr.strip().splitlines()[0]}")
     return binary
 
 
@@ -45,7 +50,6 @@ class Bench:
     smoke: bool = False
     verbose: bool = True
     _counter: int = 0
-    notes: list[str] = field(default_factory=list)
 
     @classmethod
     @contextlib.contextmanager

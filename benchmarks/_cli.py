@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from ._bench import REPO, Bench
+from ._bench import REPO, Bench, SetupError
 from ._report import machine, render_table, write_json, write_markdown
 from ._results import Figure, Row, Target
-from ._subjects import ANCHORS, OURS, subject_version, subjects
+from ._subjects import ANCHORS, OURS, Subject, subject_version, subjects
 from .scenarios import SCENARIOS
 
 __all__ = ["main"]
@@ -61,6 +61,16 @@ def main(argv: Sequence[str]) -> int:
         print("python -m benchmarks: unshare (util-linux) is not installed", file=sys.stderr)
         return 1
     chosen = subjects([OURS, *[a for a in ANCHORS if a not in missing]])
+    try:
+        return _run(args, chosen, missing, json_path, docs_path)
+    except SetupError as exc:
+        print(f"python -m benchmarks: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(
+    args: argparse.Namespace, chosen: list[Subject], missing: list[str], json_path: Path | None, docs_path: Path | None
+) -> int:
     names = args.only or list(SCENARIOS)
     started = time.monotonic()
     load_at_start = [round(x, 2) for x in os.getloadavg()]

@@ -374,14 +374,8 @@ class _State:
 
     @classmethod
     def read(cls) -> _State:
-        status = dict(
-            line.split(":\t", 1)
-            for line in _read("/proc/self/status", "").splitlines()
-            if ":\t" in line
-        )
-        caps = {
-            key: int(status.get(key, "0"), 16) for key in ("CapEff", "CapPrm", "CapInh", "CapBnd")
-        }
+        status = dict(line.split(":\t", 1) for line in _read("/proc/self/status", "").splitlines() if ":\t" in line)
+        caps = {key: int(status.get(key, "0"), 16) for key in ("CapEff", "CapPrm", "CapInh", "CapBnd")}
         last = _read("/proc/sys/kernel/cap_last_cap", "").strip()
         return cls(
             uids=os.getresuid(),
@@ -427,18 +421,12 @@ def _problem(plan: PrivilegePlan, state: _State, wanted: str) -> str | None:
     unmapped = "is not mapped in the supervisor's user namespace"
     if plan.uid is not None:
         if not state.has(_CAP_SETUID):
-            return (
-                f"{wanted}: changing the user needs root (CAP_SETUID); "
-                f"the supervisor runs as {who} without it"
-            )
+            return f"{wanted}: changing the user needs root (CAP_SETUID); the supervisor runs as {who} without it"
         if not _mapped(plan.uid, state.uid_map):
             return f"{wanted}: uid {plan.uid} {unmapped} (/proc/self/uid_map)"
     if plan.gid is not None or plan.groups is not None:
         if not state.has(_CAP_SETGID):
-            return (
-                f"{wanted}: changing groups needs root (CAP_SETGID); "
-                f"the supervisor runs as {who} without it"
-            )
+            return f"{wanted}: changing groups needs root (CAP_SETGID); the supervisor runs as {who} without it"
         gids = [g for g in (plan.gid, *(plan.groups or ())) if g is not None]
         for gid in gids:
             if not _mapped(gid, state.gid_map):

@@ -200,7 +200,6 @@ class ReadyProbe:
             return f"exited with {code}"
         return f"did not finish within {format_duration(EXEC_TIMEOUT)} (killed)"
 
-
     def _cannot_spawn(self, argv: tuple[str, ...], exc: OSError) -> str:
         if isinstance(exc, FileNotFoundError):
             missing = exc.filename if exc.filename is not None else argv[0]
@@ -247,9 +246,7 @@ def _http_status(url: str, timeout: float) -> int:
         raise ValueError(f"not an http(s) URL: {url}")
     connection: http.client.HTTPConnection
     if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(
-            parts.hostname, parts.port, timeout=timeout, context=_unverified_tls()
-        )
+        connection = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout, context=_unverified_tls())
     else:
         connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     path = parts.path or "/"
@@ -278,7 +275,7 @@ def _unverified_tls() -> ssl.SSLContext:
 
 
 def _reason(exc: BaseException) -> str:
-    """"connection refused" rather than "[Errno 111] Connection refused"."""
+    """ "connection refused" rather than "[Errno 111] Connection refused"."""
     if isinstance(exc, TimeoutError) and not exc.strerror:
         return "timed out"
     # trio.open_tcp_stream wraps the errors of each address it tried.

@@ -61,6 +61,8 @@ setup: $(DEV_STAMP)
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check supervisor plugins tests examples benchmarks
 	$(VENV)/bin/mypy --strict supervisor
+	$(VENV)/bin/mypy --strict plugins/sleep/supervisor_sleep.py plugins/exec/supervisor_exec plugins/http/supervisor_http \
+		plugins/kubernetes/supervisor_kubernetes plugins/libvirt/supervisor_libvirt
 
 typecheck: lint
 

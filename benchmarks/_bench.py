@@ -32,9 +32,8 @@ def build_probe(directory: Path) -> Path:
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         raise SetupError("no C compiler (gcc) to build benchmarks/probe.c; `make bench` installs one")
-    result = subprocess.run(
-        [compiler, "-O2", "-Wall", "-o", str(binary), str(HERE / "probe.c")], capture_output=True, text=True, check=False
-    )
+    command = [compiler, "-O2", "-Wall", "-o", str(binary), str(HERE / "probe.c")]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SetupError(f"benchmarks/probe.c does not compile: {result.stderr.strip().splitlines()[0]}")
     return binary

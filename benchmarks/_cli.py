@@ -57,9 +57,10 @@ def main(argv: Sequence[str]) -> int:
     json_path = args.json or (None if args.smoke else REPO / "benchmarks" / "results.json")
     docs_path = args.docs or (None if args.smoke else REPO / "docs" / "benchmarks.md")
     missing = [name for name in (OURS, *ANCHORS) if not shutil.which(_executable(name))]
-    if shutil.which("unshare") is None:
-        print("python -m benchmarks: unshare (util-linux) is not installed", file=sys.stderr)
-        return 1
+    for needed, what in (("unshare", "unshare (util-linux)"), (_executable(OURS), "the supervisor CLI (make setup)")):
+        if shutil.which(needed) is None:
+            print(f"python -m benchmarks: {what} is not installed", file=sys.stderr)
+            return 1
     chosen = subjects([OURS, *[a for a in ANCHORS if a not in missing]])
     try:
         return _run(args, chosen, missing, json_path, docs_path)

@@ -8,6 +8,7 @@ import signal
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .._bench import Bench
@@ -231,18 +232,29 @@ def _release(fifo: Path) -> None:
 # -- memory -----------------------------------------------------------------------
 
 
-def pss_mib(pids: list[int]) -> float:
-    """Proportional set size of ``pids`` together, from smaps_rollup."""
-    total_kib = 0
-    for pid in pids:
-        try:
-            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if line.startswith("Pss:"):
-                total_kib += int(line.split()[1])
-    return total_kib / 1024
+@dataclass(frozen=True)
+class Memory:
+    """One process's memory in MiB: PSS (shared pages divided among their
+    users), USS (its private pages only) and RSS (every page it maps)."""
+
+    pss: float
+    uss: float
+    rss: float
+
+
+def memory_of(pid: int) -> Memory:
+    """From /proc/PID/smaps_rollup; zeros if the process is gone."""
+    fields: dict[str, int] = {}
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return Memory(0.0, 0.0, 0.0)
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) == 3 and words[2] == "kB":
+            fields[words[0].rstrip(":")] = int(words[1])
+    private = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+    return Memory(fields.get("Pss", 0) / 1024, private / 1024, fields.get("Rss", 0) / 1024)
 
 
 def measure_memory(
@@ -263,11 +275,13 @@ def measure_memory(
             idle(problems)
         time.sleep(0.3 if bench.smoke else 2.0)
         pids = run.init_pids(bench.probe)
-        each_pss = [(_name(pid, pid == pids[0]), pss_mib([pid])) for pid in pids]
+        usage = [(_name(pid, pid == pids[0]), memory_of(pid)) for pid in pids]
         run.sandbox.signal(signal.SIGTERM)
         run.expect_exit(problems, 0)
-    parts = " + ".join(f"{name} {pss:.1f}" for name, pss in each_pss)
-    return Figure(sum(pss for _, pss in each_pss), parts, problems)
+    parts = " + ".join(f"{name} {m.pss:.1f}" for name, m in usage)
+    uss, rss = sum(m.uss for _, m in usage), sum(m.rss for _, m in usage)
+    note = f"PSS {parts}; USS {uss:.1f}, RSS {rss:.1f}"
+    return Figure(sum(m.pss for _, m in usage), note, problems)
 
 
 def _name(pid: int, is_pid1: bool) -> str:

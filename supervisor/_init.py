@@ -23,14 +23,13 @@ shutdown deadline it reported, KILL) → exit with its code.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import sys
 import time
 from typing import NoReturn
 
-from ._log import LogSettings, write
+from ._log import DEBUG, ERROR, INFO, WARNING, LogSettings, write
 from ._units import FORWARDABLE_SIGNALS, PIPE_RELAY, signal_name
 
 __all__ = ["main"]
@@ -127,11 +126,11 @@ class InitLayer:
             prctl.set_child_subreaper(True)
         except (ImportError, OSError) as exc:
             self._say(
-                logging.WARNING,
+                WARNING,
                 f"not PID 1 and cannot become a subreaper ({exc}): orphans will not be reaped by the supervisor",
             )
         else:
-            self._say(logging.DEBUG, "not PID 1: registered as child subreaper")
+            self._say(DEBUG, "not PID 1: registered as child subreaper")
 
     def _supervise_orchestrator(self, status_pipe: int) -> None:
         me = os.getpid()
@@ -146,9 +145,7 @@ class InitLayer:
                 # passing it on would feed a loop of log lines and signals.
                 pass
             elif signo in FORWARDABLE_SIGNALS:
-                self._say(
-                    logging.DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=info.si_pid
-                )
+                self._say(DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=info.si_pid)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.orchestrator, PIPE_RELAY if signo == signal.SIGPIPE else signo)
             self._read_status_pipe(status_pipe)
@@ -165,7 +162,7 @@ class InitLayer:
             if pid == self.orchestrator:
                 self.orchestrator_status = status
             else:
-                self._say(logging.DEBUG, f"reaped orphan pid {pid} ({_describe(status)})")
+                self._say(DEBUG, f"reaped orphan pid {pid} ({_describe(status)})")
 
     def _read_status_pipe(self, fd: int) -> None:
         """Messages from the orchestrator, one per line: ``deadline <seconds
@@ -191,18 +188,16 @@ class InitLayer:
         if not survivors:
             return
         deadline = self.sweep_deadline or time.monotonic() + _DEFAULT_SWEEP_SECONDS
-        self._say(
-            logging.INFO, f"sweeping {len(survivors)} leftover process(es): SIGTERM", pids=",".join(map(str, survivors))
-        )
+        self._say(INFO, f"sweeping {len(survivors)} leftover process(es): SIGTERM", pids=",".join(map(str, survivors)))
         started = time.monotonic()
         self._signal_survivors(signal.SIGTERM, survivors)
         self._signal_survivors(signal.SIGCONT, survivors)
         if self._wait_for_no_children(deadline):
-            self._say(logging.INFO, f"leftover processes exited after {time.monotonic() - started:.3f}s")
+            self._say(INFO, f"leftover processes exited after {time.monotonic() - started:.3f}s")
             return
         left = self._survivors()
         self._say(
-            logging.WARNING,
+            WARNING,
             f"escalating: SIGKILL to {len(left)} leftover process(es) at the deadline",
             pids=",".join(map(str, left)),
         )
@@ -257,7 +252,7 @@ class InitLayer:
                 return False
             info = signal.sigtimedwait(_BLOCKED, left)
             if info is not None and info.si_signo in _SHUTDOWN_SIGNALS:
-                self._say(logging.WARNING, f"received {signal_name(info.si_signo)} again: escalating now")
+                self._say(WARNING, f"received {signal_name(info.si_signo)} again: escalating now")
                 return False
 
     def _exit_code(self) -> int:
@@ -266,7 +261,7 @@ class InitLayer:
             return 70
         if os.WIFSIGNALED(status):
             signo = os.WTERMSIG(status)
-            self._say(logging.ERROR, f"orchestrator killed by {signal_name(signo)}")
+            self._say(ERROR, f"orchestrator killed by {signal_name(signo)}")
             return 128 + signo
         return os.waitstatus_to_exitcode(status)
 
@@ -304,7 +299,7 @@ def _prescan_log_options(args: list[str], settings: LogSettings) -> None:
         elif arg.startswith("--log-format="):
             settings.format = arg.split("=", 1)[1]
         elif arg in ("-v", "--verbose") or (arg.startswith("-v") and set(arg[1:]) == {"v"}):
-            settings.level = logging.DEBUG
+            settings.level = DEBUG
 
 
 def _describe(status: int) -> str:

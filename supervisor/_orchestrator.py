@@ -20,7 +20,8 @@ import trio
 
 from ._deadline import Deadline
 from ._early import ORCHESTRATOR_SIGNALS
-from ._log import LogSettings, configure_logging
+from ._log import LogSettings
+from ._logging import configure_logging
 from ._plan import ShutdownPlan
 from ._status import ExitStatus
 from ._timeline import Timeline

@@ -49,10 +49,23 @@ log = logging.getLogger("supervisor.plugins")
 class _Plugin:
     name: str
     distribution: str
+    entry_point: importlib.metadata.EntryPoint | None = None
     obj: object | None = None
     load_error: str | None = None
     settings: object = None
     hook_timeout: float | None = None
+
+    def load(self) -> object | None:
+        """Import the plugin on first use; a failure is remembered, not raised:
+        a broken plugin must not break the rest."""
+        if self.obj is None and self.load_error is None and self.entry_point is not None:
+            try:
+                obj = self.entry_point.load()
+                self.obj = obj() if inspect.isclass(obj) else obj
+            except Exception as exc:
+                self.load_error = f"{type(exc).__name__}: {exc}"
+                log.debug("plugin %s failed to load: %s", self.name, self.load_error)
+        return self.obj
 
 
 @dataclass
@@ -67,24 +80,25 @@ class PluginHost:
     # ------------------------------------------------------------------
 
     @classmethod
-    def discover(cls) -> PluginHost:
-        """Load every entry point of the group, each on its own: a plugin that
-        fails to import is remembered with its error (reported if the
-        configuration enables it) and the others still load."""
+    def empty(cls) -> PluginHost:
+        """A host with no plugins, for configurations that name none: scanning
+        every installed distribution's entry points is start-up time the main
+        process would wait for."""
         manager = pluggy.PluginManager(hookspec.PROJECT)
         manager.add_hookspecs(hookspec)
-        installed: dict[str, _Plugin] = {}
+        return cls(manager, {})
+
+    @classmethod
+    def discover(cls) -> PluginHost:
+        """Find every entry point of the group.  Plugins are imported only
+        when used (enabled, listed, asked for their commands), each on its
+        own: one that fails to import is reported if the configuration
+        enables it, and the others still load."""
+        host = cls.empty()
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "?"
-            plugin = _Plugin(ep.name, dist)
-            try:
-                obj = ep.load()
-                plugin.obj = obj() if inspect.isclass(obj) else obj
-            except Exception as exc:  # a broken plugin must not break the rest
-                plugin.load_error = f"{type(exc).__name__}: {exc}"
-                log.debug("plugin %s failed to load: %s", ep.name, plugin.load_error)
-            installed.setdefault(ep.name, plugin)
-        return cls(manager, installed)
+            host.installed.setdefault(ep.name, _Plugin(ep.name, dist, entry_point=ep))
+        return host
 
     def add(self, name: str, obj: object) -> None:
         """Make a plugin object available without an entry point (embedding, tests)."""
@@ -122,7 +136,7 @@ class PluginHost:
                 known = ", ".join(sorted(self.installed)) or "none"
                 problems.append(Problem(settings.position, f"plugin {name!r} is not installed (installed: {known})"))
                 continue
-            if plugin.obj is None:
+            if plugin.load() is None:
                 problems.append(Problem(settings.position, f"plugin {name!r} failed to load: {plugin.load_error}"))
                 continue
             if name in self.enabled:
@@ -167,8 +181,8 @@ class PluginHost:
     def add_commands(self, subparsers: argparse._SubParsersAction[Any]) -> None:
         """Subcommands from every installed plugin (enabled or not)."""
         for plugin in self.installed.values():
-            function = getattr(plugin.obj, "supervisor_add_commands", None)
-            if plugin.obj is None or function is None or self._register(plugin):
+            function = getattr(plugin.load(), "supervisor_add_commands", None)
+            if function is None or self._register(plugin):
                 continue
             try:
                 function(subparsers=subparsers)
@@ -192,7 +206,7 @@ class PluginHost:
         lines = []
         for plugin in sorted(self.installed.values(), key=lambda p: p.name):
             lines.append(f"{plugin.name}  ({plugin.distribution})")
-            if plugin.obj is None:
+            if plugin.load() is None:
                 lines.append(f"    failed to load: {plugin.load_error}")
                 continue
             error = self._register(plugin)

@@ -222,7 +222,7 @@ def run_main(
 def _load_plugins(config: Config) -> PluginHost:
     from ._pluginhost import PluginHost
 
-    host = PluginHost.discover()
+    host = PluginHost.discover() if config.plugins else PluginHost.empty()
     host.enable(config)  # raises ConfigError listing every plugin's problems
     return host
 

@@ -13,7 +13,6 @@ from ._nodes import Node, child_path, one_line
 from ._order import find_cycles
 from ._process import parse_process
 from ._settings import Settings
-from ._source import parse_file
 
 __all__ = ["TOP_LEVEL_KEYS", "load_config"]
 
@@ -30,6 +29,10 @@ def load_config(path: str, environ: Mapping[str, str] | None = None) -> Config:
     ``FILE:LINE:COLUMN: message``; no other exception escapes, whatever the
     file holds.
     """
+    # PyYAML only when there is a file to read: `supervisor -- COMMAND`
+    # starts its main process sooner without it.
+    from ._source import parse_file
+
     env = os.environ if environ is None else environ
     try:
         root, problems = parse_file(path, env)

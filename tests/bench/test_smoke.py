@@ -46,13 +46,18 @@ def run_benchmarks(*args: str, timeout: float = 300) -> subprocess.CompletedProc
     )
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
-    out = tmp_path_factory.mktemp("bench")
-    results, docs = out / "results.json", out / "benchmarks.md"
+def test_smoke_run(tmp_path: Path) -> None:
+    """One run of the runner, checked from every side.  (One test, not a
+    module fixture shared by several: under pytest-xdist each worker would
+    run its own copy of the whole suite.)"""
+    results, docs = tmp_path / "results.json", tmp_path / "benchmarks.md"
     proc = run_benchmarks("--smoke", "--quiet", "--json", str(results), "--docs", str(docs))
     assert proc.returncode == 0, proc.stderr
-    return json.loads(results.read_text()), docs.read_text()
+    data = json.loads(results.read_text())
+    check_every_scenario_is_measured_for_the_supervisor(data)
+    check_every_init_gave_the_right_answers(data)
+    check_the_anchors_are_measured_in_the_same_run(data)
+    check_the_table_is_regenerated(data, docs.read_text())
 
 
 def _problems(row: dict[str, Any]) -> list[str]:
@@ -62,24 +67,21 @@ def _problems(row: dict[str, Any]) -> list[str]:
     return found
 
 
-def test_every_scenario_is_measured_for_the_supervisor(smoke: tuple[dict[str, Any], str]) -> None:
-    data, _ = smoke
+def check_every_scenario_is_measured_for_the_supervisor(data: dict[str, Any]) -> None:
     rows = data["rows"]
     assert {row["scenario"] for row in rows} == SCENARIOS
     unmeasured = [(row["scenario"], row["supervisor"]["note"]) for row in rows if row["supervisor"]["value"] is None]
     assert not unmeasured
 
 
-def test_every_init_gave_the_right_answers(smoke: tuple[dict[str, Any], str]) -> None:
+def check_every_init_gave_the_right_answers(data: dict[str, Any]) -> None:
     """Exit statuses, nothing left running, every orphan reaped, every hook
     finished, guests shut down gracefully: for the supervisor and the anchors."""
-    data, _ = smoke
     wrong = {row["scenario"] + " / " + row["measure"]: _problems(row) for row in data["rows"] if _problems(row)}
     assert not wrong
 
 
-def test_the_anchors_are_measured_in_the_same_run(smoke: tuple[dict[str, Any], str]) -> None:
-    data, _ = smoke
+def check_the_anchors_are_measured_in_the_same_run(data: dict[str, Any]) -> None:
     by_scenario: dict[str, dict[str, Any]] = {}
     for row in data["rows"]:
         by_scenario.setdefault(row["scenario"], row)  # memory: the idle row before the Kubernetes one
@@ -94,8 +96,7 @@ def test_the_anchors_are_measured_in_the_same_run(smoke: tuple[dict[str, Any], s
     assert "no escalation" in by_scenario["escalation accuracy"]["anchors"]["tini"]["note"]
 
 
-def test_the_table_is_regenerated(smoke: tuple[dict[str, Any], str]) -> None:
-    data, docs = smoke
+def check_the_table_is_regenerated(data: dict[str, Any], docs: str) -> None:
     table = [line for line in docs.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| scenario | measure | unit | supervisor | tini |")
     assert len(table) == 1 + len(data["rows"])

@@ -31,7 +31,7 @@ from .runtime import SupervisedProcess
 
 if TYPE_CHECKING:
     from ._early import EarlySignals
-    from ._pluginhost import PluginHost
+    from ._hooks import HookRunner
     from .cli import RunOptions
 
 __all__ = ["EXIT_PROCESS_FAILED", "Orchestrator", "run_orchestrator"]
@@ -48,7 +48,7 @@ _SHUTDOWN_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 def run_orchestrator(
     config: Config,
     options: RunOptions,
-    host: PluginHost,
+    host: HookRunner,
     *,
     early: EarlySignals,
     status_fd: int | None = None,
@@ -80,7 +80,7 @@ class Orchestrator:
         self,
         config: Config,
         options: RunOptions,
-        host: PluginHost,
+        host: HookRunner,
         *,
         early: EarlySignals | None = None,
         inherited_fds: tuple[int, ...] = (),

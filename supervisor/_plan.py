@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import trio
 
 from ._deadline import Deadline
-from ._pluginhost import PluginHost
+from ._hooks import HookRunner
 from ._timeline import Timeline
 from .runtime import SupervisedProcess
 
@@ -37,7 +37,7 @@ _SHUTDOWN_STARTED_LIMIT = 5.0
 class ShutdownPlan:
     def __init__(
         self,
-        host: PluginHost,
+        host: HookRunner,
         levels: Sequence[Sequence[SupervisedProcess]],
         timeline: Timeline,
         main_exited: trio.Event,

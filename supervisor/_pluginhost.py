@@ -81,9 +81,7 @@ class PluginHost:
 
     @classmethod
     def empty(cls) -> PluginHost:
-        """A host with no plugins, for configurations that name none: scanning
-        every installed distribution's entry points is start-up time the main
-        process would wait for."""
+        """A host with no plugins yet (tests and embedding add them with ``add``)."""
         manager = pluggy.PluginManager(hookspec.PROJECT)
         manager.add_hookspecs(hookspec)
         return cls(manager, {})

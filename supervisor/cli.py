@@ -23,6 +23,7 @@ from ._units import parse_duration, parse_signal
 
 if TYPE_CHECKING:
     from ._early import EarlySignals
+    from ._hooks import HookRunner
     from ._pluginhost import PluginHost
     from .config import Config
 
@@ -219,10 +220,14 @@ def run_main(
     return run_orchestrator(config, options, host, early=early, status_fd=status_fd, inherited_fds=inherited_fds)
 
 
-def _load_plugins(config: Config) -> PluginHost:
+def _load_plugins(config: Config) -> HookRunner:
+    if not config.plugins:
+        from ._hooks import NoPlugins
+
+        return NoPlugins()
     from ._pluginhost import PluginHost
 
-    host = PluginHost.discover() if config.plugins else PluginHost.empty()
+    host = PluginHost.discover()
     host.enable(config)  # raises ConfigError listing every plugin's problems
     return host
 

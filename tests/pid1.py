@@ -43,6 +43,7 @@ class Supervisor:
         unshare = UNSHARE if user_namespace else UNSHARE_ROOT
         argv = [*unshare, SUPERVISOR, *args] if pid1 else [SUPERVISOR, *args]
         self.pid1 = pid1
+        self._pid: int | None = None
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             argv,
@@ -76,6 +77,8 @@ class Supervisor:
         """The supervisor's PID as seen from the test (outside the namespace)."""
         if not self.pid1:
             return self.proc.pid
+        if self._pid is not None:
+            return self._pid
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -83,7 +86,8 @@ class Supervisor:
             except OSError:
                 children = []
             if children:
-                return int(children[0])
+                self._pid = int(children[0])
+                return self._pid
             time.sleep(0.005)
         raise AssertionError("the supervisor never started inside the namespace")
 

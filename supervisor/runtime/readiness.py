@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import http.client
 import logging
 import os
 import shlex
@@ -162,6 +161,10 @@ class ReadyProbe:
         return f"no connection within {format_duration(CONNECT_TIMEOUT)}"
 
     async def _probe_http(self) -> str | None:
+        # http.client pulls in the email package: ~2 MiB that a supervisor
+        # without HTTP probes should not carry for the life of the pod.
+        import http.client
+
         url = _text(self.check)
         with trio.move_on_after(HTTP_TIMEOUT):
             try:
@@ -241,6 +244,8 @@ async def _kill_group(process: trio.Process) -> None:
 
 def _http_status(url: str, timeout: float) -> int:
     """GET ``url`` without following redirects; return the status code."""
+    import http.client
+
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: {url}")

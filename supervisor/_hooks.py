@@ -9,14 +9,16 @@ that a plain ``supervisor -- COMMAND`` would pay for nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import trio
+if TYPE_CHECKING:
+    # Types only: the command line uses NoPlugins before trio is imported.
+    import trio
 
-from ._context import ProcessInfo
-from ._deadline import Deadline
-from ._timeline import Timeline
-from .config import Config
+    from ._context import ProcessInfo
+    from ._deadline import Deadline
+    from ._timeline import Timeline
+    from .config import Config
 
 __all__ = ["HookRunner", "NoPlugins"]
 

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -53,11 +54,14 @@ def run_orchestrator(
     early: EarlySignals,
     status_fd: int | None = None,
     inherited_fds: tuple[int, ...] = (),
+    main_started: subprocess.Popen[bytes] | None = None,
 ) -> int:
     configure_logging(LogSettings(config.log_format, config.log_level))
     status = _StatusPipe(status_fd)
     status.send(f"log {config.log_format} {config.log_level}")
-    orchestrator = Orchestrator(config, options, host, early=early, inherited_fds=inherited_fds)
+    orchestrator = Orchestrator(
+        config, options, host, early=early, inherited_fds=inherited_fds, main_started=main_started
+    )
     code = trio.run(orchestrator.run)
     status.send(f"deadline {orchestrator.sweep_seconds:.3f}")
     return code
@@ -84,13 +88,17 @@ class Orchestrator:
         *,
         early: EarlySignals | None = None,
         inherited_fds: tuple[int, ...] = (),
+        main_started: subprocess.Popen[bytes] | None = None,
     ) -> None:
         self.config = config
         self.options = options
         self.host = host
         self.early = early
         self.processes = {
-            spec.name: SupervisedProcess(spec, self, inherited_fds=inherited_fds) for spec in config.processes
+            spec.name: SupervisedProcess(
+                spec, self, inherited_fds=inherited_fds, already_started=main_started if spec.main else None
+            )
+            for spec in config.processes
         }
         self.levels = [[self.processes[spec.name] for spec in level] for level in start_levels(config)]
         self.main = next((p for p in self.processes.values() if p.spec.main), None)
@@ -114,11 +122,18 @@ class Orchestrator:
         async with trio.open_nursery() as root:
             self._events_nursery = root
             with trio.open_signal_receiver(*ORCHESTRATOR_SIGNALS) as signals:
-                # Signals that arrived while we were importing.
-                for signo in self.early.take() if self.early else ():
-                    self._on_signal(signo)
-                root.start_soon(self._receive_signals, signals)
                 async with trio.open_nursery() as supervised:
+                    # A main process started before trio (cli.prespawn_main)
+                    # is taken under supervision before any signal is
+                    # handled, so that signals reach it and a stop finds it.
+                    for process in self.processes.values():
+                        if process.started_early:
+                            with trio.CancelScope(shield=True):
+                                await supervised.start(process.supervise)
+                    # Signals that arrived while we were importing.
+                    for signo in self.early.take() if self.early else ():
+                        self._on_signal(signo)
+                    root.start_soon(self._receive_signals, signals)
                     await self._start_up(supervised)
                     background = trio.CancelScope()
                     root.start_soon(self._run_background, background)
@@ -149,6 +164,8 @@ class Orchestrator:
         for process in level:
             if self.shutdown_requested.is_set():
                 return False
+            if process.supervised:
+                continue  # started early, already supervised
             # Shielded: once asked to spawn, a process is always registered
             # with its supervising task, or nobody would ever reap it.
             with trio.CancelScope(shield=True):

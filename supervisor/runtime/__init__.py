@@ -1,5 +1,24 @@
-"""The process runtime: one supervised process and the pieces it is made of."""
+"""The process runtime: one supervised process and the pieces it is made of.
 
-from .process import ProcessEvents, SupervisedProcess
+``SupervisedProcess`` needs trio; ``privileges`` and ``spawn`` do not, and the
+command line uses them before trio is imported (see ``supervisor.cli``), so
+the package exports lazily.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .process import ProcessEvents as ProcessEvents
+    from .process import SupervisedProcess as SupervisedProcess
 
 __all__ = ["ProcessEvents", "SupervisedProcess"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import process
+
+        return getattr(process, name)
+    raise AttributeError(f"module 'supervisor.runtime' has no attribute {name!r}")

@@ -24,8 +24,8 @@ from .._status import ExitStatus
 from .._units import format_duration, signal_name
 from ..config import ProcessSpec
 from .backoff import RestartTracker
-from .privileges import preexec_for
 from .readiness import ReadyProbe, describe
+from .spawn import spawn_options
 
 __all__ = ["ProcessEvents", "SupervisedProcess"]
 
@@ -51,6 +51,42 @@ class ProcessEvents(Protocol):
     def process_failed(self, process: SupervisedProcess, reason: str) -> None: ...
 
 
+class _Child(Protocol):
+    """What a run needs of its child: trio's Process, or an adopted one."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def stdout(self) -> trio.abc.ReceiveStream | None: ...
+
+    @property
+    def stderr(self) -> trio.abc.ReceiveStream | None: ...
+
+    async def wait(self) -> int: ...
+
+
+class _Adopted:
+    """A child started before trio was running, waited for the way trio waits
+    for its own: the pidfd turns readable when the child exits, then
+    ``Popen.wait`` reaps exactly that PID."""
+
+    stdout: trio.abc.ReceiveStream | None = None
+    stderr: trio.abc.ReceiveStream | None = None
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self._pidfd = os.pidfd_open(popen.pid)
+
+    async def wait(self) -> int:
+        try:
+            await trio.lowlevel.wait_readable(self._pidfd)
+            return self._popen.wait()
+        finally:
+            os.close(self._pidfd)
+
+
 class SupervisedProcess:
     """Implements the public ``supervisor.ProcessInfo`` view."""
 
@@ -60,11 +96,17 @@ class SupervisedProcess:
         events: ProcessEvents,
         *,
         inherited_fds: tuple[int, ...] = (),
+        already_started: subprocess.Popen[bytes] | None = None,
     ) -> None:
         self.spec = spec
         self._events = events
-        self._inherited_fds = inherited_fds if spec.main else ()
-        self._process: trio.Process | None = None
+        self._inherited_fds = inherited_fds
+        # The main process may have been started before trio was imported
+        # (supervisor.cli.prespawn_main); its first run adopts it.
+        self._already_started = already_started
+        self.started_early = already_started is not None
+        self.supervised = False
+        self._process: _Child | None = None
         self._exited = trio.Event()
         self._stop_requested = trio.Event()
         self.status: ExitStatus | None = None
@@ -99,6 +141,7 @@ class SupervisedProcess:
         """Run the process and restart it by its policy until it is stopped or
         fails for good.  Signals ``task_status.started()`` once the first
         spawn has been attempted (check ``running`` for its success)."""
+        self.supervised = True
         tracker = RestartTracker(self.spec.backoff)
         first = True
         while True:
@@ -175,21 +218,22 @@ class SupervisedProcess:
         log.log(level, "%s (pid %d) %s", self.name, process.pid, status)
         return status
 
-    async def _spawn(self) -> trio.Process:
-        spec = self.spec
-        piped = subprocess.PIPE if spec.log_prefix else None
+    async def _spawn(self) -> _Child:
+        if self._already_started is not None:
+            popen, self._already_started = self._already_started, None
+            return _Adopted(popen)
+        o = spawn_options(self.spec, self._inherited_fds)
         return await trio.lowlevel.open_process(
-            list(spec.command),
-            env={**os.environ, **spec.env},
-            cwd=spec.cwd,
-            # Helpers get no stdin; the main process gets ours, like tini.
-            stdin=None if spec.main else subprocess.DEVNULL,
-            stdout=piped,
-            stderr=piped,
+            o.argv,
+            env=o.env,
+            cwd=o.cwd,
+            stdin=o.stdin,
+            stdout=o.stdout,
+            stderr=o.stderr,
             close_fds=True,
-            pass_fds=self._inherited_fds,
-            process_group=0 if spec.process_group else None,
-            preexec_fn=preexec_for(spec),
+            pass_fds=o.pass_fds,
+            process_group=o.process_group,
+            preexec_fn=o.preexec_fn,
         )
 
     def _spawn_failure(self, exc: BaseException) -> ExitStatus:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,17 @@ def test_check_prints_a_plan_and_fails_on_budget(tmp_path: Path) -> None:
     assert text.index("db") < text.index("app")  # start order
     stop_part = text[text.index("Shutdown") :]
     assert stop_part.index("app") < stop_part.index("db")  # stop order
+
+
+def test_the_main_process_can_start_before_trio_is_imported() -> None:
+    # `supervisor -- COMMAND` spawns COMMAND before importing trio (~70 ms);
+    # everything on that path must stay free of it.
+    code = (
+        "import sys, supervisor.cli as c\n"
+        "config = c.build_config(c.parse_run_args(['--', 'true']))\n"
+        "hooks = c._load_plugins(config)\n"
+        "import supervisor.runtime.spawn\n"
+        "print(sorted(m for m in ('trio', 'yaml', 'pluggy') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -38,11 +38,13 @@ class Deadline:
     The deadline only ever moves earlier.
     """
 
-    def __init__(self, budget: float, *, reserve: float | None = None) -> None:
+    def __init__(self, budget: float, *, reserve: float | None = None, elapsed: float = 0.0) -> None:
+        """``elapsed``: how long ago the budget started (a SIGTERM that
+        arrived while the supervisor was still starting)."""
         now = trio.current_time()
-        self.started = now
+        self.started = now - max(0.0, elapsed)
         self.budget = budget
-        self._at = now + budget
+        self._at = self.started + budget
         self.reserve = reserve_for(budget) if reserve is None else reserve
         self.reasons: list[str] = []
         # Scopes currently following the deadline: (scope, keeps the reserve,

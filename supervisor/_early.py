@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from types import FrameType
 
 from ._units import FORWARDABLE_SIGNALS, PIPE_RELAY
@@ -24,6 +25,9 @@ ORCHESTRATOR_SIGNALS = (FORWARDABLE_SIGNALS - {signal.SIGPIPE}) | {PIPE_RELAY}
 class EarlySignals:
     def __init__(self) -> None:
         self.pending: list[int] = []
+        # When each arrived (time.monotonic): a SIGTERM's grace period runs
+        # from its arrival, not from when trio got round to it.
+        self.arrived: list[float] = []
 
     @classmethod
     def install(cls, parent_pid: int) -> EarlySignals:
@@ -41,14 +45,17 @@ class EarlySignals:
 
             prctl.set_pdeathsig(signal.SIGTERM)
             if os.getppid() != parent_pid:  # it died before we asked
-                early.pending.append(signal.SIGTERM)
+                early._record(signal.SIGTERM, None)
         # Children inherit the mask through fork and exec; start them clean.
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         return early
 
     def _record(self, signo: int, _frame: FrameType | None) -> None:
         self.pending.append(signal.SIGPIPE if signo == PIPE_RELAY else signo)
+        self.arrived.append(time.monotonic())
 
-    def take(self) -> list[int]:
-        taken, self.pending = self.pending, []
+    def take(self) -> list[tuple[int, float]]:
+        """The signals so far with their arrival times, oldest first."""
+        taken = list(zip(self.pending, self.arrived, strict=True))
+        self.pending, self.arrived = [], []
         return taken

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -131,8 +132,8 @@ class Orchestrator:
                             with trio.CancelScope(shield=True):
                                 await supervised.start(process.supervise)
                     # Signals that arrived while we were importing.
-                    for signo in self.early.take() if self.early else ():
-                        self._on_signal(signo)
+                    for signo, arrived in self.early.take() if self.early else ():
+                        self._on_signal(signo, since=time.monotonic() - arrived)
                     root.start_soon(self._receive_signals, signals)
                     await self._start_up(supervised)
                     background = trio.CancelScope()
@@ -199,12 +200,13 @@ class Orchestrator:
 
     # -- triggers -------------------------------------------------------------
 
-    def request_shutdown(self, reason: str, main_stop_signal: int | None = None) -> None:
+    def request_shutdown(self, reason: str, main_stop_signal: int | None = None, since: float = 0.0) -> None:
+        """Start the shutdown; ``since``: how long ago its trigger arrived."""
         if self.shutdown_requested.is_set():
             return
         self.shutdown_reason = reason
         self.main_stop_signal = main_stop_signal
-        self.deadline = Deadline(self.config.grace_period)
+        self.deadline = Deadline(self.config.grace_period, elapsed=since)
         log.info("shutting down: %s (grace period %s)", reason, format_duration(self.config.grace_period))
         self.shutdown_requested.set()
         if self._start_up_scope is not None:
@@ -214,7 +216,7 @@ class Orchestrator:
         async for signo in signals:
             self._on_signal(signo)
 
-    def _on_signal(self, signo: int) -> None:
+    def _on_signal(self, signo: int, since: float = 0.0) -> None:
         if signo == PIPE_RELAY:
             signo = signal.SIGPIPE
         target = self.options.rewrite.get(signo, signo)
@@ -232,7 +234,9 @@ class Orchestrator:
             # SIGINT itself for SIGINT (Ctrl-C → 130, as with tini), and
             # whatever --rewrite says, if it says anything.
             explicit = signo in self.options.rewrite or signo == signal.SIGINT
-            self.request_shutdown(f"received {signal_name(signo)}", main_stop_signal=target if explicit else None)
+            self.request_shutdown(
+                f"received {signal_name(signo)}", main_stop_signal=target if explicit else None, since=since
+            )
             return
         if target == 0:
             log.info("received %s: dropped (--rewrite)", signal_name(signo))

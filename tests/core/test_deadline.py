@@ -118,3 +118,10 @@ async def test_cancellation_wrapped_by_a_nursery_is_recorded_as_cancelled(
             nursery.start_soon(wait)
             nursery.start_soon(wait)
     assert timeline.steps[0].outcome == "cancelled"
+
+
+async def test_a_budget_that_started_earlier_counts_from_then(autojump_clock: trio.testing.MockClock) -> None:
+    # A SIGTERM that arrived 0.3 s before trio could handle it.
+    deadline = Deadline(2.0, elapsed=0.3)
+    assert deadline.remaining() == pytest.approx(1.7)
+    assert deadline.elapsed() == pytest.approx(0.3)

@@ -8,7 +8,6 @@ orphans are somebody else's job).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -196,7 +195,6 @@ class SupervisedProcess:
             return status
         self._process = process
         self.ever_started = True
-        self._take_terminal(process.pid)
         log.info("started %s (pid %d): %s", self.name, process.pid, _shell_join(self.spec.command))
         self._events.process_started(self)
         if task_status is not None:
@@ -249,19 +247,6 @@ class SupervisedProcess:
             return ExitStatus(code=126)
         log.error("cannot start %s: %s", self.name, exc)
         return ExitStatus(code=126)
-
-    def _take_terminal(self, pid: int) -> None:
-        """Give the terminal to the main process's group, as tini does, so an
-        interactive main process can read it and receives Ctrl-C itself."""
-        if not (self.spec.main and self.spec.process_group):
-            return
-        with contextlib.suppress(OSError):
-            if os.isatty(0):
-                previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
-                try:
-                    os.tcsetpgrp(0, pid)
-                finally:
-                    signal.signal(signal.SIGTTOU, previous)
 
     # -- readiness ----------------------------------------------------------
 

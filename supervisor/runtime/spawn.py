@@ -9,6 +9,7 @@ the child the same environment, descriptors, process group and privileges.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ class SpawnOptions:
 
 def spawn_options(spec: ProcessSpec, inherited_fds: tuple[int, ...] = ()) -> SpawnOptions:
     piped = subprocess.PIPE if spec.log_prefix else None
+    preexec = preexec_for(spec)
+    if spec.main and spec.process_group and _stdin_is_a_terminal():
+        preexec = _with_terminal(preexec)
     return SpawnOptions(
         argv=list(spec.command),
         env={**os.environ, **spec.env},
@@ -45,8 +49,37 @@ def spawn_options(spec: ProcessSpec, inherited_fds: tuple[int, ...] = ()) -> Spa
         # Inherited descriptors (socket activation) go to the main process only.
         pass_fds=inherited_fds if spec.main else (),
         process_group=0 if spec.process_group else None,
-        preexec_fn=preexec_for(spec),
+        preexec_fn=preexec,
     )
+
+
+def _stdin_is_a_terminal() -> bool:
+    try:
+        return os.isatty(0)
+    except OSError:
+        return False
+
+
+def _with_terminal(then: Callable[[], None] | None) -> Callable[[], None]:
+    """In the child, between fork and exec: make its new process group the
+    terminal's foreground group, as tini does, before it can read the
+    terminal (a background read would stop it with SIGTTIN) — and so that
+    Ctrl-C reaches it.  Done in the child, not after the spawn, so there is
+    no window.  SIGTTOU is blocked around the call: the child is still in
+    the background when it asks."""
+
+    def hand_over_terminal() -> None:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
+        try:
+            os.tcsetpgrp(0, os.getpgrp())
+        except OSError:
+            pass  # not our terminal after all: nothing to hand over
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if then is not None:
+            then()
+
+    return hand_over_terminal
 
 
 def start_now(spec: ProcessSpec, inherited_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:

@@ -33,9 +33,10 @@ PHASES = (
 )
 PROCESS_PHASES = frozenset({"before_process_stop", "after_process_stop"})
 
-RunPhase = Callable[[Context, str, Deadline | None, ProcessInfo | None, ExitStatus | None], Awaitable[bool]]
+RunPhase = Callable[[Context, str, Deadline | None, ProcessInfo | None, ExitStatus | None], Awaitable[object]]
 """``run(ctx, phase, deadline, process, status)``: run what is configured
-for the phase (and process); return whether there was anything."""
+for the phase (and process); return something true if there was anything
+(the list of results, say)."""
 
 
 def read_phase(entry: Settings, config: Config, *, noun: str = "entries") -> tuple[str | None, str | None]:

@@ -221,18 +221,7 @@ class SupervisedProcess:
             popen, self._already_started = self._already_started, None
             return _Adopted(popen)
         o = spawn_options(self.spec, self._inherited_fds)
-        return await trio.lowlevel.open_process(
-            o.argv,
-            env=o.env,
-            cwd=o.cwd,
-            stdin=o.stdin,
-            stdout=o.stdout,
-            stderr=o.stderr,
-            close_fds=True,
-            pass_fds=o.pass_fds,
-            process_group=o.process_group,
-            preexec_fn=o.preexec_fn,
-        )
+        return await trio.lowlevel.open_process(o.argv, **o.popen_kwargs())
 
     def _spawn_failure(self, exc: BaseException) -> ExitStatus:
         program = self.spec.command[0]

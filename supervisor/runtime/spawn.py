@@ -13,6 +13,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import ProcessSpec
 from .privileges import preexec_for
@@ -31,6 +32,21 @@ class SpawnOptions:
     pass_fds: tuple[int, ...]
     process_group: int | None
     preexec_fn: Callable[[], None] | None
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``subprocess.Popen`` and of
+        ``trio.lowlevel.open_process``, which takes the same ones."""
+        return {
+            "env": self.env,
+            "cwd": self.cwd,
+            "stdin": self.stdin,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "close_fds": True,
+            "pass_fds": self.pass_fds,
+            "process_group": self.process_group,
+            "preexec_fn": self.preexec_fn,
+        }
 
 
 def spawn_options(spec: ProcessSpec, inherited_fds: tuple[int, ...] = ()) -> SpawnOptions:
@@ -83,19 +99,10 @@ def _with_terminal(then: Callable[[], None] | None) -> Callable[[], None]:
 
 
 def start_now(spec: ProcessSpec, inherited_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
-    """Start ``spec`` synchronously; raises what ``subprocess.Popen`` raises."""
+    """Start ``spec`` synchronously; raises what ``subprocess.Popen`` raises.
+
+    Called before trio exists: no other thread can hold a lock the child
+    would need in its ``preexec_fn``.
+    """
     o = spawn_options(spec, inherited_fds)
-    return subprocess.Popen(
-        o.argv,
-        env=o.env,
-        cwd=o.cwd,
-        stdin=o.stdin,
-        stdout=o.stdout,
-        stderr=o.stderr,
-        close_fds=True,
-        pass_fds=o.pass_fds,
-        process_group=o.process_group,
-        # Called before trio exists: no other thread can hold a lock the
-        # child would need.
-        preexec_fn=o.preexec_fn,  # noqa: PLW1509
-    )
+    return subprocess.Popen(o.argv, **o.popen_kwargs())

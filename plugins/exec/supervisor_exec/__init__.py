@@ -97,11 +97,5 @@ async def run_phase(
     return [r for r in results if r is not None]
 
 
-async def _run(
-    ctx: Context, phase: str, deadline: Deadline | None, process: ProcessInfo | None, status: ExitStatus | None
-) -> bool:
-    return bool(await run_phase(ctx, phase, deadline, process, status))
-
-
-plugin = PhasePlugin(configure=parse, run=_run, doc=__doc__)
+plugin = PhasePlugin(configure=parse, run=run_phase, doc=__doc__)
 """The plugin object the ``exec`` entry point names."""

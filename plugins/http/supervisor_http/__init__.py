@@ -67,7 +67,11 @@ __all__ = [
 
 
 async def run_phase(
-    ctx: Context, phase: str, deadline: Deadline | None, process: ProcessInfo | None = None
+    ctx: Context,
+    phase: str,
+    deadline: Deadline | None,
+    process: ProcessInfo | None = None,
+    status: ExitStatus | None = None,  # the phase hooks' shared signature; requests do not use it
 ) -> list[Result]:
     """Make the requests of ``phase`` concurrently; return their results in order.
 
@@ -95,11 +99,5 @@ async def run_phase(
     return [r for r in results if r is not None]
 
 
-async def _run(
-    ctx: Context, phase: str, deadline: Deadline | None, process: ProcessInfo | None, status: ExitStatus | None
-) -> bool:
-    return bool(await run_phase(ctx, phase, deadline, process))
-
-
-plugin = PhasePlugin(configure=parse, run=_run, doc=__doc__)
+plugin = PhasePlugin(configure=parse, run=run_phase, doc=__doc__)
 """The plugin object the ``http`` entry point names."""

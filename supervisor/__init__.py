@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .phases import PROCESS_PHASES as PROCESS_PHASES
     from .phases import PhasePlugin as PhasePlugin
     from .phases import read_phase as read_phase
+    from .runtime.state import ProcessState as ProcessState
 
 _EXPORTS = {
     "hookimpl": ".hookspec",
@@ -43,6 +44,7 @@ _EXPORTS = {
     "read_phase": ".phases",
     "Context": "._context",
     "ProcessInfo": "._context",
+    "ProcessState": ".runtime.state",
     "Deadline": "._deadline",
     "ExitStatus": "._status",
     "Step": "._timeline",
@@ -69,6 +71,7 @@ __all__ = [
     "Position",
     "ProcessInfo",
     "ProcessSpec",
+    "ProcessState",
     "Settings",
     "Step",
     "Timeline",

@@ -12,6 +12,7 @@ import trio
 from ._status import ExitStatus
 from ._timeline import Timeline
 from .config import Config, ProcessSpec
+from .runtime.state import ProcessState
 
 __all__ = ["Context", "ProcessInfo"]
 
@@ -31,6 +32,10 @@ class ProcessInfo(Protocol):
 
     @property
     def running(self) -> bool: ...
+
+    @property
+    def state(self) -> ProcessState:
+        """Where the process is in its lifecycle (``supervisor.ProcessState``)."""
 
     @property
     def status(self) -> ExitStatus | None:

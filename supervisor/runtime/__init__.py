@@ -12,11 +12,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .process import ProcessEvents as ProcessEvents
     from .process import SupervisedProcess as SupervisedProcess
+    from .state import ProcessState as ProcessState
 
-__all__ = ["ProcessEvents", "SupervisedProcess"]
+__all__ = ["ProcessEvents", "ProcessState", "SupervisedProcess"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "ProcessState":
+        from . import state
+
+        return state.ProcessState
     if name in __all__:
         from . import process
 

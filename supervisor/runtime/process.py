@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import BinaryIO, Protocol
 
 import trio
@@ -25,6 +26,7 @@ from ..config import ProcessSpec
 from .backoff import RestartTracker
 from .readiness import ReadyProbe, describe
 from .spawn import spawn_options
+from .state import ProcessState, check_transition
 
 __all__ = ["ProcessEvents", "SupervisedProcess"]
 
@@ -108,10 +110,36 @@ class SupervisedProcess:
         self._process: _Child | None = None
         self._exited = trio.Event()
         self._stop_requested = trio.Event()
+        # Set once per run when its readiness is settled: None means ready,
+        # a string why it never became ready.
+        self._readiness = trio.Event()
+        self._not_ready: str | None = None
         self.status: ExitStatus | None = None
         self.restarts = 0
         self.ever_started = False
-        self.failed_for_good = False
+        self._state = ProcessState.PENDING
+        self.state_since = time.monotonic()
+
+    # -- state ----------------------------------------------------------------
+
+    @property
+    def state(self) -> ProcessState:
+        return self._state
+
+    def _enter(self, new: ProcessState) -> None:
+        check_transition(self.name, self._state, new)
+        self._state = new
+        self.state_since = time.monotonic()
+
+    def _mark_stopped(self) -> None:
+        # Both stop() and the supervising task notice a stop during a
+        # backoff; whichever comes first moves the state.
+        if self._state is not ProcessState.STOPPED:
+            self._enter(ProcessState.STOPPED)
+
+    @property
+    def failed_for_good(self) -> bool:
+        return self._state is ProcessState.FAILED
 
     # -- ProcessInfo --------------------------------------------------------
 
@@ -132,7 +160,7 @@ class SupervisedProcess:
         return self._stop_requested.is_set()
 
     def __repr__(self) -> str:
-        return f"<process {self.name} pid={self.pid} status={self.status}>"
+        return f"<process {self.name} {self._state.value} pid={self.pid} status={self.status}>"
 
     # -- running ------------------------------------------------------------
 
@@ -148,26 +176,33 @@ class SupervisedProcess:
             status = await self._run_once(task_status if first else None)
             first = False
             if self.stopping:
+                self._mark_stopped()
                 return
             if not self._should_restart(status):
+                failed = not status.success and not self.spec.main
+                self._enter(ProcessState.FAILED if failed else ProcessState.EXITED)
                 self._events.process_exited(self, status, will_restart=False)
-                if not status.success and not self.spec.main:
-                    self._fail(f"exited: {status}")
+                if failed:
+                    self._events.process_failed(self, f"exited: {status}")
                 return
             delay = tracker.next_delay(trio.current_time())
             if delay is None:
+                self._enter(ProcessState.FAILED)
                 self._events.process_exited(self, status, will_restart=False)
-                self._fail(
+                self._events.process_failed(
+                    self,
                     f"{status}; restarted {tracker.attempt} times within "
-                    f"{format_duration(self.spec.backoff.window)}, giving up"
+                    f"{format_duration(self.spec.backoff.window)}, giving up",
                 )
                 return
+            self._enter(ProcessState.BACKOFF)
             self._events.process_exited(self, status, will_restart=True)
             log.info("restarting %s in %s (%s)", self.name, format_duration(delay), status)
             # A shutdown during the backoff simply ends it: no restart.
             with trio.move_on_after(delay):
                 await self._stop_requested.wait()
             if self._stop_requested.is_set():
+                self._mark_stopped()
                 return
             self.restarts += 1
             self._events.process_restarted(self, tracker.attempt)
@@ -177,12 +212,11 @@ class SupervisedProcess:
             return True
         return self.spec.restart == "on-failure" and not status.success
 
-    def _fail(self, reason: str) -> None:
-        self.failed_for_good = True
-        self._events.process_failed(self, reason)
-
     async def _run_once(self, task_status: trio.TaskStatus[None] | None) -> ExitStatus:
         self._exited = trio.Event()
+        self._readiness = trio.Event()
+        self._not_ready = None
+        self._enter(ProcessState.STARTING)
         try:
             process = await self._spawn()
         except (OSError, subprocess.SubprocessError) as exc:
@@ -190,16 +224,21 @@ class SupervisedProcess:
             self._process = None
             self.status = status
             self._exited.set()
+            self._settle_readiness(f"could not be started ({status})")
             if task_status is not None:
                 task_status.started()
             return status
         self._process = process
         self.ever_started = True
         log.info("started %s (pid %d): %s", self.name, process.pid, _shell_join(self.spec.command))
+        if self.spec.ready is None:
+            self._settle_readiness(None)
         self._events.process_started(self)
         if task_status is not None:
             task_status.started()
         async with trio.open_nursery() as nursery:
+            if self.spec.ready is not None:
+                nursery.start_soon(self._probe_readiness)
             if self.spec.log_prefix:
                 for stream, out in ((process.stdout, sys.stdout.buffer), (process.stderr, sys.stderr.buffer)):
                     if stream is not None:
@@ -212,6 +251,7 @@ class SupervisedProcess:
         status = ExitStatus.from_returncode(returncode)
         self.status = status
         self._exited.set()
+        self._settle_readiness(f"exited before it was ready: {status}")
         level = logging.INFO if status.success or self.stopping else logging.WARNING
         log.log(level, "%s (pid %d) %s", self.name, process.pid, status)
         return status
@@ -240,40 +280,35 @@ class SupervisedProcess:
     # -- readiness ----------------------------------------------------------
 
     async def wait_ready(self) -> str | None:
-        """Wait until the readiness check passes; returns None when ready or
-        the reason it never became ready."""
+        """Wait until this run's readiness is settled: None when the process
+        is ready, else why it never became ready (it exited first, or its
+        check did not pass within its timeout)."""
+        await self._readiness.wait()
+        return self._not_ready
+
+    def _settle_readiness(self, not_ready: str | None) -> None:
+        """Record the first verdict of this run; later ones do not count."""
+        if self._readiness.is_set():
+            return
+        self._not_ready = not_ready
+        self._readiness.set()
+        if not_ready is None and self._state is ProcessState.STARTING:
+            self._enter(ProcessState.RUNNING)
+
+    async def _probe_readiness(self) -> None:
+        """Runs beside every run (the first and each restart) of a process
+        with a readiness check, so RUNNING always means "ready"."""
         check = self.spec.ready
-        if not self.ever_started:
-            return f"could not be started ({self.status})"
-        if check is None:
-            return None
+        assert check is not None
         probe = ReadyProbe(check, env={**os.environ, **self.spec.env}, cwd=self.spec.cwd)
-        result: str | None = None
-        async with trio.open_nursery() as nursery:
-
-            async def wait_probe() -> None:
-                await probe.wait()
-                nursery.cancel_scope.cancel()
-
-            async def watch_exit() -> None:
-                nonlocal result
-                await self._exited.wait()
-                result = f"exited before it was ready: {self.status}"
-                nursery.cancel_scope.cancel()
-
-            nursery.cancel_scope.deadline = trio.current_time() + check.timeout
-            nursery.start_soon(wait_probe)
-            nursery.start_soon(watch_exit)
-        if (
-            nursery.cancel_scope.cancelled_caught
-            and result is None
-            and trio.current_time() >= nursery.cancel_scope.deadline
-        ):
-            why = f"; last probe: {probe.last_failure}" if probe.last_failure else ""
-            result = f"not ready within {format_duration(check.timeout)} ({describe(check)}{why})"
-        if result is None:
-            log.info("%s is ready (%s)", self.name, describe(check))
-        return result
+        with trio.move_on_after(check.timeout):
+            await probe.wait()
+            if self.running:
+                log.info("%s is ready (%s)", self.name, describe(check))
+                self._settle_readiness(None)
+            return
+        why = f"; last probe: {probe.last_failure}" if probe.last_failure else ""
+        self._settle_readiness(f"not ready within {format_duration(check.timeout)} ({describe(check)}{why})")
 
     # -- signals and stopping -------------------------------------------------
 
@@ -298,7 +333,12 @@ class SupervisedProcess:
         SIGKILL (the group).  Returns the final status (None if it never ran)."""
         self._stop_requested.set()
         if not self.running:
+            if self._state in (ProcessState.PENDING, ProcessState.BACKOFF):
+                # Never started, or between two runs: it is stopped now.
+                self._mark_stopped()
             return self.status
+        if self._state is not ProcessState.STOPPING:
+            self._enter(ProcessState.STOPPING)
         signo = stop_signal or self.spec.stop_signal
         timeout = self.spec.stop_timeout if self.spec.stop_timeout is not None else float("inf")
         log.info(

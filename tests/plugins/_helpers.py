@@ -13,7 +13,7 @@ from pathlib import Path
 
 import trio
 
-from supervisor import Config, Context, ExitStatus, ProcessSpec, Timeline
+from supervisor import Config, Context, ExitStatus, ProcessSpec, ProcessState, Timeline
 from supervisor.config import ConfigError, load_config
 
 __all__ = ["FakeProcess", "LogRecords", "configure", "configure_problems", "make_context"]
@@ -28,6 +28,7 @@ class FakeProcess:
     running: bool = False
     status: ExitStatus | None = None
     restarts: int = 0
+    state: ProcessState = ProcessState.PENDING
     spec: ProcessSpec = field(init=False)
 
     def __post_init__(self) -> None:

@@ -12,7 +12,7 @@ from supervisor_libvirt import (
     supervisor_background,
     supervisor_before_process_stop,
     supervisor_configure,
-    supervisor_pre_stop,
+    supervisor_wind_down,
 )
 from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
 
@@ -63,7 +63,7 @@ def process(name: str) -> Any:
 async def test_with_a_libvirtd_process_guests_go_right_before_it_stops(testconn: Any) -> None:
     td.start(testconn, "t-vm")
     ctx = context({"process": "libvirtd"})
-    await supervisor_pre_stop(ctx=ctx, deadline=Deadline(10))
+    await supervisor_wind_down(ctx=ctx, deadline=Deadline(10))
     await supervisor_before_process_stop(ctx=ctx, deadline=Deadline(10), process=process("provider"))
     assert td.state(testconn, "t-vm")[0] == td.STATE_RUNNING  # type: ignore[index]
     await supervisor_before_process_stop(ctx=ctx, deadline=Deadline(10), process=process("libvirtd"))
@@ -73,13 +73,13 @@ async def test_with_a_libvirtd_process_guests_go_right_before_it_stops(testconn:
     ]
 
 
-async def test_without_a_libvirtd_process_guests_go_in_pre_stop(testconn: Any) -> None:
+async def test_without_a_libvirtd_process_guests_go_in_wind_down(testconn: Any) -> None:
     td.start(testconn, "t-vm", stubborn=True)
     ctx = context({})
     await supervisor_before_process_stop(ctx=ctx, deadline=Deadline(10), process=process("libvirtd"))
     assert ctx.timeline.steps == []
-    await supervisor_pre_stop(ctx=ctx, deadline=Deadline(10))
-    assert [(s.phase, s.name, s.outcome) for s in ctx.timeline.steps] == [("pre_stop", "domain t-vm", "destroyed")]
+    await supervisor_wind_down(ctx=ctx, deadline=Deadline(10))
+    assert [(s.phase, s.name, s.outcome) for s in ctx.timeline.steps] == [("wind_down", "domain t-vm", "destroyed")]
 
 
 async def test_background_hook_runs_the_enforcer_until_cancelled(testconn: Any) -> None:

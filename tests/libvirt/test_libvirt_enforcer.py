@@ -155,4 +155,4 @@ async def test_the_destroy_comes_at_the_due_time_not_at_the_next_pass(testconn: 
                 nursery.cancel_scope.cancel()
     assert enforcer.destroyed == ["t-timed"]
     [lag] = enforcer.lag
-    assert 0 <= lag < 1.0  # the pass is 60 s away
+    assert 0 <= lag < 10.0  # the next pass is 60 s away (the precision itself: benchmarks/)

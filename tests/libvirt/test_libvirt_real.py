@@ -171,7 +171,8 @@ async def test_enforcer_destroys_at_the_due_time_and_only_within_its_selection(
                 nursery.cancel_scope.cancel()
     destroyed_at = time.time()
     assert enforcer.destroyed == ["rt-enf-stubborn"]
-    assert due <= destroyed_at < due + 3.0, enforcer.lag  # libvirt's destroy of a TCG guest included
+    # Long before the next pass (60 s); the lag itself is measured in benchmarks/.
+    assert due <= destroyed_at < due + 20.0, enforcer.lag
     assert guests.state("rt-enf-stubborn") is None  # transient: destroyed means gone
     assert guests.state("rt-enf-graceful") is None
     assert "guest: powering off" in guests.output("rt-enf-graceful")

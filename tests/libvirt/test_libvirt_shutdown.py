@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -239,14 +240,15 @@ async def test_a_shortened_deadline_brings_the_destroy_forward(testconn: Any) ->
     assert 0.8 <= elapsed < 1.8
 
 
-async def cut_after(seconds: float, config: LibvirtSettings) -> Timeline:
+async def cut_when(ready: Callable[[], Awaitable[None]], config: LibvirtSettings) -> Timeline:
     """Shut down as the host runs the hook, and expire the deadline (a
-    second SIGTERM) ``seconds`` in."""
+    second SIGTERM) once ``ready()`` returns."""
     timeline, deadline = Timeline(), Deadline(30.0)
     log = logging.getLogger("supervisor.plugin.libvirt")
 
     async def second_sigterm() -> None:
-        await trio.sleep(seconds)
+        with trio.fail_after(20):
+            await ready()
         deadline.expire("second SIGTERM")
 
     async with Hypervisor(config.uri, log) as hv, trio.open_nursery() as nursery:
@@ -257,12 +259,15 @@ async def cut_after(seconds: float, config: LibvirtSettings) -> Timeline:
 
 
 async def test_a_cut_shutdown_names_the_guests_left_running(testconn: Any, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
     td.start(testconn, "t-stubborn", stubborn=True)
-    td.start(testconn, "t-graceful")
-    timeline = await cut_after(0.5, settings(shutdown_timeout=20.0))
-    steps = {s.name: s for s in timeline.steps}
-    assert steps["domain t-graceful"].outcome == "shut down"
-    cut = steps["domain t-stubborn"]
+
+    async def pressed() -> None:
+        while "t-stubborn: shutdown requested" not in caplog.text:
+            await trio.sleep(0.01)
+
+    timeline = await cut_when(pressed, settings(shutdown_timeout=20.0))
+    [cut] = timeline.steps
     assert cut.outcome == "cancelled"
     assert cut.detail.startswith("running; shutting down when the hook was cut, after ")
     assert "1 guest(s) still running as the shutdown ends: t-stubborn (running; shutting down)" in caplog.text
@@ -273,22 +278,27 @@ async def test_a_destroy_completing_after_the_cut_is_recorded_as_destroyed(
     testconn: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     real_destroy = _domains.destroy
+    destroying, release = threading.Event(), threading.Event()
 
     def slow_destroy(uuid: str, *, graceful: bool) -> Callable[[Any], None]:
         op = real_destroy(uuid, graceful=graceful)
 
         def run(conn: Any) -> None:
             op(conn)
-            time.sleep(0.6)  # the call returns late: it outlives the hook
+            destroying.set()
+            release.wait(30)  # the call returns late: after the hook was cut
 
         return run
 
     monkeypatch.setattr(_domains, "destroy", slow_destroy)
     td.start(testconn, "t-slow-death", stubborn=True)
-    timeline = await cut_after(0.5, settings(shutdown_timeout=0.2))
+    timeline = await cut_when(
+        lambda: trio.to_thread.run_sync(destroying.wait, abandon_on_cancel=True), settings(shutdown_timeout=0.2)
+    )
     [step] = timeline.steps
     assert step.outcome == "destroying"
     assert "(running; destroying)" in caplog.text
+    release.set()
     with trio.fail_after(10):  # the abandoned call's thread finishes on its own
         while step.outcome != "destroyed":
             await trio.sleep(0.01)

@@ -22,7 +22,8 @@ How hooks run
   plugin's name and recorded in the timeline; it never stops the other
   implementations, the shutdown, or PID 1.  Raise freely.
 * Each implementation runs under its plugin's ``hook_timeout`` (a host-level
-  setting available in every plugin's section) and, during shutdown, under the
+  setting available in every plugin's section; not ``supervisor_background``,
+  which runs until the shutdown begins) and, during shutdown, under the
   plan's deadline less its reserve: a hook that would overrun the budget is
   cancelled so the supervisor can still escalate to SIGKILL in time.
 * Shutdown hooks receive the plan's ``deadline`` (``supervisor.Deadline``):

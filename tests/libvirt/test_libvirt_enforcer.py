@@ -118,6 +118,7 @@ async def test_requests_outside_the_selection_or_in_the_definition_are_reported_
 ) -> None:
     excluded = td.start(testconn, "t-x1", stubborn=True)
     request(excluded, time.time() - 10, grace=1)
+    td.start(testconn, "t-x2").setMetadata(2, '<shutdown requested-at="yesterday"/>', KEY, NAMESPACE, 1)
     defined = td.start(testconn, "t-defined", stubborn=True)
     defined.destroy()
     xml = ShutdownRequest(requested_at=time.time() - 10, grace=1).to_xml()
@@ -138,6 +139,8 @@ async def test_requests_outside_the_selection_or_in_the_definition_are_reported_
     assert td.state(testconn, "t-x1")[0] == td.STATE_RUNNING  # type: ignore[index]
     assert td.state(testconn, "t-defined")[0] == td.STATE_RUNNING  # type: ignore[index]
     assert caplog.text.count("t-x1: shutdown request not acted on: the plugin's selection leaves") == 1
+    assert caplog.text.count("t-x2: shutdown request not acted on") == 1  # not judged: not ours
+    assert "t-x2: ignoring" not in caplog.text
     assert caplog.text.count("t-defined: ignoring the shutdown request in its persistent definition") == 1
 
 

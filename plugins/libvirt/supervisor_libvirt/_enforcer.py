@@ -129,6 +129,15 @@ class Enforcer:
 
     def _due(self, domain: Domain) -> float | None:
         """When the domain must be gone; None if its request is not for us."""
+        if not domain.selected:
+            if domain.request.requested_at is not None or domain.request_error or domain.request_in_definition:
+                self._report_once(
+                    domain,
+                    "unselected",
+                    f"shutdown request not acted on: the plugin's selection leaves this domain alone "
+                    f"({self.settings.selection.describe()})",
+                )
+            return None
         if domain.request_error is not None:
             self._report_once(domain, "invalid", f"ignoring invalid shutdown request: {domain.request_error}")
             return None
@@ -140,16 +149,7 @@ class Enforcer:
                 "requests belong in the live definition): cancel-shutdown removes it",
             )
             return None
-        due = domain.request.due(self.settings.enforcer.grace)
-        if due is not None and not domain.selected:
-            self._report_once(
-                domain,
-                "unselected",
-                f"shutdown request not acted on: the plugin's selection leaves this domain alone "
-                f"({self.settings.selection.describe()})",
-            )
-            return None
-        return due
+        return domain.request.due(self.settings.enforcer.grace)
 
     def _report_once(self, domain: Domain, kind: str, message: str) -> None:
         if (domain.key, kind) not in self._reported:

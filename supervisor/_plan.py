@@ -2,6 +2,7 @@
 
 1. ``shutdown_started`` hooks: learn the real deadline (briefly).
 2. ``pre_stop`` hooks, concurrently; cancelled if the main process exits.
+   ``wind_down`` hooks alongside them, never cut short by that exit.
 3. Processes, one dependency level at a time in reverse start order, a
    level's processes concurrently: ``before_process_stop`` hooks → stop
    signal → wait (stop_timeout, capped by the deadline) → SIGKILL →
@@ -52,7 +53,10 @@ class ShutdownPlan:
             await self.host.call(
                 "supervisor_shutdown_started", deadline=deadline, phase="shutdown_started", reason=reason
             )
-        await self._pre_stop(deadline)
+        # wind_down beside pre_stop: processes stop once both are over.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._wind_down, deadline)
+            await self._pre_stop(deadline)
         for level in reversed(self.levels):
             async with trio.open_nursery() as nursery:
                 for process in level:
@@ -77,6 +81,12 @@ class ShutdownPlan:
             nursery.start_soon(cancel_when_main_exits)
             await self.host.call("supervisor_pre_stop", deadline=deadline, phase="pre_stop")
             nursery.cancel_scope.cancel()
+
+    async def _wind_down(self, deadline: Deadline) -> None:
+        # Work that must end before the processes stop whatever the main
+        # process does (guests of a libvirtd outside the pod): the main
+        # process's exit neither cancels nor skips it; the deadline bounds it.
+        await self.host.call("supervisor_wind_down", deadline=deadline, phase="wind_down")
 
     async def _stop_process(self, process: SupervisedProcess, deadline: Deadline, main_stop_signal: int | None) -> None:
         if process.running:

@@ -281,11 +281,11 @@ class PluginHost:
         plugin = self.enabled[impl.plugin_name]
         ctx = self.contexts[impl.plugin_name]
         arguments = {"ctx": ctx, "deadline": deadline, **kwargs}
-        timeout = plugin.hook_timeout
+        # A background task runs until the shutdown cancels it: no timeout,
+        # whatever the plugin's hook_timeout says about its other hooks.
+        timeout = math.inf if hook_name == "supervisor_background" else plugin.hook_timeout
         if timeout is None:
-            timeout = (
-                math.inf if deadline is not None or hook_name == "supervisor_background" else _DEFAULT_EVENT_TIMEOUT
-            )
+            timeout = math.inf if deadline is not None else _DEFAULT_EVENT_TIMEOUT
         call: Callable[..., Any] = impl.function
         name = step_name or hook_name.removeprefix("supervisor_")
         if phase is None:

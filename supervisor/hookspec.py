@@ -22,7 +22,8 @@ How hooks run
   plugin's name and recorded in the timeline; it never stops the other
   implementations, the shutdown, or PID 1.  Raise freely.
 * Each implementation runs under its plugin's ``hook_timeout`` (a host-level
-  setting available in every plugin's section) and, during shutdown, under the
+  setting available in every plugin's section; not ``supervisor_background``,
+  which runs until the shutdown begins) and, during shutdown, under the
   plan's deadline less its reserve: a hook that would overrun the budget is
   cancelled so the supervisor can still escalate to SIGKILL in time.
 * Shutdown hooks receive the plan's ``deadline`` (``supervisor.Deadline``):
@@ -120,7 +121,9 @@ async def supervisor_background(ctx: Context) -> None:
     enforcers).
 
     Started once every process has started; cancelled when the shutdown
-    begins.  Returning early is fine; an exception is logged.
+    begins.  Returning early is fine; an exception is logged.  A background
+    task is not a call with a timeout: the plugin's ``hook_timeout`` does not
+    apply to it (it bounds the plugin's other hooks).
     """
 
 
@@ -160,7 +163,23 @@ async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
     (endpoints drained, a fixed delay, an app's drain endpoint).
 
     All implementations run concurrently.  If the main process exits
-    meanwhile they are cancelled: there is nothing left to drain.
+    meanwhile they are cancelled: there is nothing left to drain.  Work that
+    must run to its end anyway belongs in ``supervisor_wind_down``.
+    """
+
+
+@hookspec
+async def supervisor_wind_down(ctx: Context, deadline: Deadline) -> None:
+    """Before any process is stopped, concurrently with ``pre_stop``: work
+    that must run to its end whether or not the main process is still there
+    (shut down VMs of a libvirtd that runs outside the pod, flush a remote
+    job).
+
+    Unlike ``pre_stop`` it is neither cancelled when the main process exits
+    nor skipped when it already has; it is bounded like every shutdown hook,
+    by ``hook_timeout`` and the plan's deadline less its reserve.  The first
+    process is stopped once every ``pre_stop`` and ``wind_down``
+    implementation has returned.
     """
 
 

@@ -104,6 +104,16 @@ PLUGINS = {
     "broken": """
         raise ImportError("this plugin is broken on purpose")
     """,
+    "watcher": """
+        import trio
+        from supervisor import hookimpl
+
+        @hookimpl
+        async def supervisor_background(ctx):
+            await trio.sleep(2.5)
+            ctx.log.info("still watching after 2.5s")
+            await trio.sleep_forever()
+    """,
 }
 
 
@@ -113,8 +123,10 @@ def plugin_path(tmp_path: Path) -> Path:
     site = tmp_path / "site"
     site.mkdir()
     entry_points = ["[supervisor.plugins]"]
-    # Two more copies of `slow`, as separate plugins, for the concurrency test.
-    sources = {**PLUGINS, "slow2": PLUGINS["slow"], "slow3": PLUGINS["slow"]}
+    # Two more copies of `slow`, as separate plugins, for the concurrency test,
+    # and one that sleeps in wind_down instead.
+    winds_down = PLUGINS["slow"].replace("supervisor_pre_stop", "supervisor_wind_down")
+    sources = {**PLUGINS, "slow2": PLUGINS["slow"], "slow3": PLUGINS["slow"], "winds_down": winds_down}
     for name, source in sources.items():
         module = f"testplugin_{name}"
         (site / f"{module}.py").write_text(textwrap.dedent(source))
@@ -215,17 +227,58 @@ def test_unknown_plugin_and_bad_settings_are_configuration_errors(plugin_path: P
     assert "Traceback" not in sup.output
 
 
-def test_pre_stop_is_cancelled_when_the_main_process_exits(plugin_path: Path, tmp_path: Path) -> None:
-    config = _config(tmp_path, "slow: {seconds: 60s}\n", grace="60s")
+def test_pre_stop_is_cancelled_when_the_main_process_exits_but_wind_down_runs_on(
+    plugin_path: Path, tmp_path: Path
+) -> None:
+    # pre_stop is cancelled at the main process's exit (1.5 s after SIGTERM):
+    # nothing left to drain; wind_down, beside it, runs its 3 s to the end
+    # before anything stops.
+    config = _config(tmp_path, "slow: {seconds: 60s}\nwinds_down: {seconds: 3s}\n", grace="60s")
     with Supervisor(
         ["-c", config, "--", "sh", "-c", "trap '' TERM; echo up; sleep 1.5; exit 4"], env=_env(plugin_path, tmp_path)
     ) as sup:
         sup.wait_for("^up$", stream="stdout")
         sup.signal(signal.SIGTERM)
         assert sup.wait(timeout=20) == 4
-    step = next(s for s in _timeline(sup) if s["phase"] == "pre_stop")
-    assert step["outcome"] == "cancelled"
-    assert float(step["duration"]) < 10  # type: ignore[arg-type]
+    timeline = _timeline(sup)
+    pre_stop = next(s for s in timeline if s["phase"] == "pre_stop")
+    wind_down = next(s for s in timeline if s["phase"] == "wind_down")
+    stop = next(s for s in timeline if s["phase"] == "stop")
+    assert pre_stop["outcome"] == "cancelled"
+    assert float(pre_stop["duration"]) < 10  # type: ignore[arg-type]
+    assert (wind_down["plugin"], wind_down["outcome"]) == ("winds_down", "ok")
+    assert float(wind_down["duration"]) >= 2.9  # type: ignore[arg-type]
+    assert float(pre_stop["start"]) == pytest.approx(float(wind_down["start"]), abs=0.5)  # type: ignore[arg-type]
+    assert float(stop["start"]) >= float(wind_down["start"]) + float(wind_down["duration"])  # type: ignore[arg-type]
+
+
+def test_wind_down_runs_when_the_main_process_has_already_exited(plugin_path: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, "slow: {seconds: 60s}\nwinds_down: {seconds: 1s}\n", grace="60s")
+    status, sup = run(["-c", config, "--", "true"], env=_env(plugin_path, tmp_path))
+    assert status == 0, sup.output
+    steps = {(s["phase"], s["outcome"]) for s in _timeline(sup)}
+    assert ("pre_stop", "skipped") in steps
+    assert ("wind_down", "ok") in steps
+
+
+def test_wind_down_is_cut_by_the_deadline(plugin_path: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, "winds_down: {seconds: 60s}\n", grace="2s")
+    status, sup = run(["-c", config, "--", "true"], env=_env(plugin_path, tmp_path))
+    assert status == 0, sup.output
+    step = next(s for s in _timeline(sup) if s["phase"] == "wind_down")
+    assert step["outcome"] == "timeout"
+    assert float(step["duration"]) == pytest.approx(1.8, abs=0.3)  # type: ignore[arg-type]
+
+
+def test_hook_timeout_does_not_cut_the_background_task(plugin_path: Path, tmp_path: Path) -> None:
+    config = _config(tmp_path, "watcher: {hook_timeout: 1s}\n")
+    with Supervisor(["-c", config, "--", "sleep", "30"], env=_env(plugin_path, tmp_path)) as sup:
+        sup.wait_for("started sleep")
+        # Past its 1 s hook_timeout, the background task still runs.
+        sup.wait_for("still watching after 2.5s")
+        sup.signal(signal.SIGTERM)
+        assert sup.wait() == 143
+    assert "supervisor_background timed out" not in sup.output
 
 
 def test_hook_overrunning_the_budget_is_cut_so_escalation_still_happens(plugin_path: Path, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import libvirt
 import pytest
 from supervisor_libvirt._metadata import NAMESPACE, ShutdownRequest
 
@@ -95,3 +96,32 @@ def test_unreachable_uri_is_one_line(tmp_path: Any, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"supervisor libvirt: cannot connect to {uri}: ")
     assert "\n" not in err
+
+
+def test_a_shut_off_domain_is_refused_and_a_request_in_its_definition_is_listed_and_removed(
+    testconn: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dom = td.start(testconn, "t-off")
+    dom.destroy()
+    assert main(["libvirt", "request-shutdown", "t-off", "-c", td.URI]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "supervisor libvirt: t-off: not running: nothing to shut down, no request written"
+    )
+    assert _no_request(dom)
+    # What something else wrote into the definition is shown, and removed.
+    dom.setMetadata(2, ShutdownRequest(requested_at=time.time()).to_xml(), "supervisor", NAMESPACE, 2)
+    assert main(["libvirt", "requests", "-c", td.URI]) == 0
+    assert capsys.readouterr().out == (
+        "t-off\tshut off; request in its persistent definition: ignored (cancel-shutdown removes it)\n"
+    )
+    assert main(["libvirt", "cancel-shutdown", "t-off", "-c", td.URI]) == 0
+    assert capsys.readouterr().out == "t-off: shutdown request removed\n"
+    assert _no_request(dom)
+
+
+def _no_request(dom: Any) -> bool:
+    try:
+        dom.metadata(2, NAMESPACE, 2)
+    except libvirt.libvirtError as exc:
+        return bool(exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN_METADATA)
+    return False

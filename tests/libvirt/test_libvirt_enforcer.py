@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 import trio
+from supervisor_libvirt import _domains
 from supervisor_libvirt._connection import Hypervisor
+from supervisor_libvirt._domains import Selection
 from supervisor_libvirt._enforcer import Enforcer
 from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
 from supervisor_libvirt._settings import EnforcerSettings, LibvirtSettings
@@ -84,3 +86,76 @@ async def test_invalid_request_is_reported_once_and_ignored(testconn: Any, caplo
     assert caplog.text.count("ignoring invalid shutdown request") == 1
     assert "requested-at: invalid time 'yesterday'" in caplog.text
     assert td.state(testconn, "t-bad")[0] == td.STATE_RUNNING  # type: ignore[index]
+
+
+async def test_a_stale_list_does_not_destroy_the_restarted_guest(
+    testconn: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    dom = td.start(testconn, "t-restarted", stubborn=True)
+    request(dom, time.time() - 10, grace=5)
+    settings = LibvirtSettings(uri=td.URI, enforcer=EnforcerSettings(resync_interval=60))
+    async with Hypervisor(td.URI, LOG) as hv, trio.open_nursery() as nursery:
+        enforcer = Enforcer(hv, settings, LOG)
+        listed = await hv.call(_domains.list_domains(unselected=True))
+        await enforcer.resync(nursery)
+        with trio.fail_after(10):
+            while not enforcer.destroyed:
+                await trio.sleep(0.01)
+        # The guest starts again (a new boot, no request) while a list taken
+        # before the destroy is still being answered.
+        dom.create()
+        monkeypatch.setattr(_domains, "list_domains", lambda *_a, **_k: lambda _conn: listed)
+        await enforcer.resync(nursery)
+        # The nursery now waits for whatever that pass started.
+    assert enforcer.destroyed == ["t-restarted"]
+    assert caplog.text.count("t-restarted: shutdown requested at") == 1
+    assert td.state(testconn, "t-restarted")[0] == td.STATE_RUNNING  # type: ignore[index]
+
+
+async def test_requests_outside_the_selection_or_in_the_definition_are_reported_not_enforced(
+    testconn: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    excluded = td.start(testconn, "t-x1", stubborn=True)
+    request(excluded, time.time() - 10, grace=1)
+    td.start(testconn, "t-x2").setMetadata(2, '<shutdown requested-at="yesterday"/>', KEY, NAMESPACE, 1)
+    defined = td.start(testconn, "t-defined", stubborn=True)
+    defined.destroy()
+    xml = ShutdownRequest(requested_at=time.time() - 10, grace=1).to_xml()
+    defined.setMetadata(2, xml, KEY, NAMESPACE, 2)  # the persistent definition: every start copies it
+    defined.create()
+    selected = td.start(testconn, "t-selected", stubborn=True)
+    request(selected, time.time() - 10, grace=1)
+    settings = LibvirtSettings(
+        uri=td.URI,
+        selection=Selection(names=("t-*",), exclude=("t-x*",)),
+        enforcer=EnforcerSettings(resync_interval=0.1),
+    )
+    async with Hypervisor(td.URI, LOG) as hv:
+        enforcer = Enforcer(hv, settings, LOG)
+        with trio.move_on_after(0.5):
+            await enforcer.run()
+    assert enforcer.destroyed == ["t-selected"]
+    assert td.state(testconn, "t-x1")[0] == td.STATE_RUNNING  # type: ignore[index]
+    assert td.state(testconn, "t-defined")[0] == td.STATE_RUNNING  # type: ignore[index]
+    assert caplog.text.count("t-x1: shutdown request not acted on: the plugin's selection leaves") == 1
+    assert caplog.text.count("t-x2: shutdown request not acted on") == 1  # not judged: not ours
+    assert "t-x2: ignoring" not in caplog.text
+    assert caplog.text.count("t-defined: ignoring the shutdown request in its persistent definition") == 1
+
+
+async def test_the_destroy_comes_at_the_due_time_not_at_the_next_pass(testconn: Any) -> None:
+    dom = td.start(testconn, "t-timed", stubborn=True)
+    request(dom, time.time(), grace=0.5)
+    settings = LibvirtSettings(uri=td.URI, enforcer=EnforcerSettings(resync_interval=60))
+    async with Hypervisor(td.URI, LOG) as hv:
+        enforcer = Enforcer(hv, settings, LOG)
+        with trio.move_on_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(enforcer.run)
+                while not enforcer.destroyed:
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+    assert enforcer.destroyed == ["t-timed"]
+    [lag] = enforcer.lag
+    assert 0 <= lag < 10.0  # the next pass is 60 s away (the precision itself: benchmarks/)

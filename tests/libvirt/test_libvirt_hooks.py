@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import supervisor_libvirt
 import trio
 from supervisor_libvirt import (
     supervisor_background,
     supervisor_before_process_stop,
     supervisor_configure,
-    supervisor_pre_stop,
+    supervisor_wind_down,
 )
 from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
 
 from supervisor import Context, Deadline, Settings, Timeline
+from supervisor._pluginhost import PluginHost
 from supervisor.config import Config, ProcessSpec
 from tests.libvirt import lv_testdriver as td
 
@@ -63,7 +66,7 @@ def process(name: str) -> Any:
 async def test_with_a_libvirtd_process_guests_go_right_before_it_stops(testconn: Any) -> None:
     td.start(testconn, "t-vm")
     ctx = context({"process": "libvirtd"})
-    await supervisor_pre_stop(ctx=ctx, deadline=Deadline(10))
+    await supervisor_wind_down(ctx=ctx, deadline=Deadline(10))
     await supervisor_before_process_stop(ctx=ctx, deadline=Deadline(10), process=process("provider"))
     assert td.state(testconn, "t-vm")[0] == td.STATE_RUNNING  # type: ignore[index]
     await supervisor_before_process_stop(ctx=ctx, deadline=Deadline(10), process=process("libvirtd"))
@@ -73,13 +76,13 @@ async def test_with_a_libvirtd_process_guests_go_right_before_it_stops(testconn:
     ]
 
 
-async def test_without_a_libvirtd_process_guests_go_in_pre_stop(testconn: Any) -> None:
+async def test_without_a_libvirtd_process_guests_go_in_wind_down(testconn: Any) -> None:
     td.start(testconn, "t-vm", stubborn=True)
     ctx = context({})
     await supervisor_before_process_stop(ctx=ctx, deadline=Deadline(10), process=process("libvirtd"))
     assert ctx.timeline.steps == []
-    await supervisor_pre_stop(ctx=ctx, deadline=Deadline(10))
-    assert [(s.phase, s.name, s.outcome) for s in ctx.timeline.steps] == [("pre_stop", "domain t-vm", "destroyed")]
+    await supervisor_wind_down(ctx=ctx, deadline=Deadline(10))
+    assert [(s.phase, s.name, s.outcome) for s in ctx.timeline.steps] == [("wind_down", "domain t-vm", "destroyed")]
 
 
 async def test_background_hook_runs_the_enforcer_until_cancelled(testconn: Any) -> None:
@@ -95,3 +98,25 @@ async def test_background_hook_returns_at_once_when_the_enforcer_is_off() -> Non
     ctx = context({"enforcer": False})
     with trio.fail_after(1):
         await supervisor_background(ctx=ctx)
+
+
+async def test_hook_timeout_in_the_section_does_not_stop_the_enforcer(testconn: Any) -> None:
+    # The plugin's hook_timeout bounds its shutdown hooks, not its background
+    # task: a request whose grace outlasts it is still enforced.
+    dom = td.start(testconn, "t-later", stubborn=True)
+    dom.setMetadata(2, ShutdownRequest(requested_at=time.time(), grace=1.5).to_xml(), KEY, NAMESPACE, 1)
+    section = {"uri": td.URI, "domains": ["t-*"], "hook_timeout": "500ms", "enforcer": {"resync_interval": "100ms"}}
+    config = Config(
+        processes=CONFIG.processes,
+        plugins={"libvirt": Settings.from_mapping(section, path="plugins.libvirt")},
+    )
+    host = PluginHost.empty()
+    host.add("libvirt", supervisor_libvirt)
+    host.enable(config)
+    host.bind(config, {}, Timeline(), trio.Event())
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(host.call, "supervisor_background"))
+            while td.state(testconn, "t-later") != (td.STATE_SHUTOFF, td.REASON_DESTROYED):
+                await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()

@@ -108,3 +108,34 @@ def test_supervisor_shuts_guests_down_before_it_stops_libvirtd(tmp_path: Path, g
                 guests.conn.close()
         kill_qemu_under(daemon.base)
         daemon.cleanup()
+
+
+@pytest.mark.parametrize("trigger", ["SIGTERM, then the main process exits", "the main process exits by itself"])
+def test_without_a_supervised_libvirtd_guests_go_although_the_main_process_exits(
+    trigger: str, tmp_path: Path, guests: Guests, libvirtd: Libvirtd
+) -> None:
+    # libvirtd runs outside the pod (the session's daemon): the plugin shuts
+    # the guests down in wind_down, which the main process's exit neither
+    # cancels (pre_stop would be) nor skips.
+    release = tmp_path / "release"
+    main = f"trap '' TERM; echo up; while [ ! -e {release} ]; do sleep 0.05; done; exit 0"
+    config = tmp_path / "pod.yaml"
+    section = {"uri": libvirtd.uri, "domains": ["wd-*"], "shutdown_timeout": "4s", "enforcer": False}
+    pod = {"grace_period": "40s", "processes": [{"name": "main", "command": ["sh", "-c", main], "main": True}]}
+    config.write_text(json.dumps({**pod, "plugins": {"libvirt": section}}))
+    guests.start("wd-graceful", "graceful", persistent=True)
+    guests.start("wd-stubborn", "stubborn", persistent=True)
+    guests.wait_ready("wd-graceful", "wd-stubborn")
+    with Supervisor(["-c", str(config)], user_namespace=False) as sup:
+        sup.wait_for("^up$", stream="stdout", timeout=30)
+        if trigger.startswith("SIGTERM"):
+            sup.signal(signal.SIGTERM)
+            sup.wait_for("shutting down: received SIGTERM")
+        release.touch()
+        code = sup.wait(60)
+    output = sup.output
+    assert code == 0, output
+    assert re.search(r"wind_down\s+libvirt: domain wd-graceful\s+shut down", output), output
+    assert re.search(r"wind_down\s+libvirt: domain wd-stubborn\s+destroyed", output), output
+    assert guests.state("wd-graceful") == (5, 1)  # shut off: shutdown
+    assert guests.state("wd-stubborn") == (5, 2)  # shut off: destroyed

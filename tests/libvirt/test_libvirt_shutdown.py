@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import trio
+from supervisor_libvirt import _domains
 from supervisor_libvirt._connection import Hypervisor
 from supervisor_libvirt._domains import Selection
 from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
@@ -210,7 +213,9 @@ async def test_lifecycle_event_ends_the_wait_without_polling(testconn: Any) -> N
     async with trio.open_nursery() as nursery:
         nursery.start_soon(destroyed_by_someone_else)
         results, _, elapsed = await run(config, budget=30.0)
-    assert results["t-stubborn"].outcome == "shut down"
+    # Off, but not by its own power-off: libvirt's shutoff reason says so.
+    assert results["t-stubborn"].outcome == "gone"
+    assert results["t-stubborn"].detail.startswith("destroyed by someone else; ")
     assert 0.5 <= elapsed < 3.0
 
 
@@ -233,3 +238,71 @@ async def test_a_shortened_deadline_brings_the_destroy_forward(testconn: Any) ->
     assert results["t-stubborn"].outcome == "destroyed"
     # 0.3 s + 1.5 s less the deadline's reserve and the destroy's share.
     assert 0.8 <= elapsed < 1.8
+
+
+async def cut_when(ready: Callable[[], Awaitable[None]], config: LibvirtSettings) -> Timeline:
+    """Shut down as the host runs the hook, and expire the deadline (a
+    second SIGTERM) once ``ready()`` returns."""
+    timeline, deadline = Timeline(), Deadline(30.0)
+    log = logging.getLogger("supervisor.plugin.libvirt")
+
+    async def second_sigterm() -> None:
+        with trio.fail_after(20):
+            await ready()
+        deadline.expire("second SIGTERM")
+
+    async with Hypervisor(config.uri, log) as hv, trio.open_nursery() as nursery:
+        nursery.start_soon(second_sigterm)
+        with deadline.scope():
+            await shut_down_all(hv, config, deadline, timeline, phase="wind_down", plugin="libvirt", log=log)
+    return timeline
+
+
+async def test_a_cut_shutdown_names_the_guests_left_running(testconn: Any, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    td.start(testconn, "t-stubborn", stubborn=True)
+
+    async def pressed() -> None:
+        while "t-stubborn: shutdown requested" not in caplog.text:
+            await trio.sleep(0.01)
+
+    timeline = await cut_when(pressed, settings(shutdown_timeout=20.0))
+    [cut] = timeline.steps
+    assert cut.outcome == "cancelled"
+    assert cut.detail.startswith("running; shutting down when the hook was cut, after ")
+    assert "1 guest(s) still running as the shutdown ends: t-stubborn (running; shutting down)" in caplog.text
+    assert td.state(testconn, "t-stubborn")[0] == td.STATE_RUNNING  # type: ignore[index]
+
+
+async def test_a_destroy_completing_after_the_cut_is_recorded_as_destroyed(
+    testconn: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real_destroy = _domains.destroy
+    destroying, release = threading.Event(), threading.Event()
+
+    def slow_destroy(uuid: str, *, graceful: bool) -> Callable[[Any], None]:
+        op = real_destroy(uuid, graceful=graceful)
+
+        def run(conn: Any) -> None:
+            op(conn)
+            destroying.set()
+            release.wait(30)  # the call returns late: after the hook was cut
+
+        return run
+
+    monkeypatch.setattr(_domains, "destroy", slow_destroy)
+    td.start(testconn, "t-slow-death", stubborn=True)
+    timeline = await cut_when(
+        lambda: trio.to_thread.run_sync(destroying.wait, abandon_on_cancel=True), settings(shutdown_timeout=0.2)
+    )
+    [step] = timeline.steps
+    assert step.outcome == "destroying"
+    assert "(running; destroying)" in caplog.text
+    release.set()
+    with trio.fail_after(10):  # the abandoned call's thread finishes on its own
+        while step.outcome != "destroyed":
+            await trio.sleep(0.01)
+    assert step.detail.startswith("completed ")
+    assert "after the hook was cut; destroy in progress when the hook was cut" in step.detail
+    assert "t-slow-death: destroyed" in caplog.text
+    assert td.state(testconn, "t-slow-death") == (td.STATE_SHUTOFF, td.REASON_DESTROYED)

@@ -2,7 +2,8 @@
 
 SIGTERM to libvirtd leaves QEMU running, and libvirt-guests asks once and
 never destroys.  This plugin, in the shutdown plan right before the
-supervised libvirtd gets its stop signal (or in pre_stop when libvirtd runs
+supervised libvirtd gets its stop signal (or in wind_down, beside pre_stop
+but never cut short by the main process's exit, when libvirtd runs
 elsewhere), presses every selected guest's ACPI power button, presses again
 every ``resend_interval`` (a press during boot is lost), and destroys what is
 still running when its time is up; or saves guests with ``mode:
@@ -75,11 +76,14 @@ async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, proce
 
 
 @hookimpl
-async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> object:
+async def supervisor_wind_down(ctx: Context, deadline: Deadline) -> object:
+    # Not pre_stop: that is cancelled (or skipped) when the main process
+    # exits, and the guests of a libvirtd outside the pod would be left
+    # running.  wind_down runs to its end, bounded by the deadline only.
     settings = _settings(ctx)
     if settings.process is not None:
         return SKIP
-    await _shut_down(ctx, settings, deadline, "pre_stop")
+    await _shut_down(ctx, settings, deadline, "wind_down")
     return None
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import trio
 
 from . import _domains as ops
@@ -14,7 +17,9 @@ __all__ = ["FINAL", "destroy"]
 FINAL = frozenset({NO_DOMAIN, OPERATION_INVALID})
 
 
-async def destroy(hv: Hypervisor, uuid: str, *, graceful_until: float) -> LibvirtFailure | None:
+async def destroy(
+    hv: Hypervisor, uuid: str, *, graceful_until: float, on_done: Callable[[], None] | None = None
+) -> LibvirtFailure | None:
     """Destroy the domain: gracefully until ``graceful_until`` (QEMU gets
     SIGTERM and flushes its disks; libvirt gives up after about 15 s), then
     plainly (SIGKILL).
@@ -22,11 +27,13 @@ async def destroy(hv: Hypervisor, uuid: str, *, graceful_until: float) -> Libvir
     Returns why the graceful destroy did not do it (None if it did).  Raises
     LibvirtFailure if the plain destroy fails too, or at once for NO_DOMAIN
     and OPERATION_INVALID (gone or not running: nothing to destroy).
+    ``on_done`` runs in trio's thread once a destroy call has succeeded, also
+    when the caller was cancelled meanwhile (the call's thread runs on).
     """
     graceful_error: LibvirtFailure | None = None
     with trio.move_on_at(graceful_until):
         try:
-            await hv.call(ops.destroy(uuid, graceful=True))
+            await hv.call(_notifying(hv, ops.destroy(uuid, graceful=True), on_done))
         except LibvirtFailure as exc:
             if exc.code in FINAL:
                 raise
@@ -35,5 +42,16 @@ async def destroy(hv: Hypervisor, uuid: str, *, graceful_until: float) -> Libvir
             return None
     if graceful_error is None:
         graceful_error = LibvirtFailure("graceful destroy did not finish in time")
-    await hv.call(ops.destroy(uuid, graceful=False))
+    await hv.call(_notifying(hv, ops.destroy(uuid, graceful=False), on_done))
     return graceful_error
+
+
+def _notifying(hv: Hypervisor, op: Callable[[Any], None], on_done: Callable[[], None] | None) -> Callable[[Any], None]:
+    if on_done is None:
+        return op
+
+    def run(conn: Any) -> None:
+        op(conn)
+        hv.soon(on_done)
+
+    return run

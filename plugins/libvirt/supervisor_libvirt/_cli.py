@@ -29,6 +29,7 @@ from ._settings import DEFAULT_URI
 __all__ = ["add_commands"]
 
 EXIT_FAILURE = 1
+_IN_DEFINITION = "request in its persistent definition: ignored (cancel-shutdown removes it)"
 T = TypeVar("T")
 
 
@@ -116,37 +117,49 @@ def _connected(args: argparse.Namespace, action: Callable[[Any], int]) -> int:
 def request_shutdown(args: argparse.Namespace) -> int:
     def action(conn: Any) -> int:
         status = 0
-        now = time.time()
         for name in args.domains:
-            try:
-                uuid, old = _call(conn, ops.get_request(name))
-            except ValueError:  # an unreadable old request: replace it
-                uuid, old = "", None
-            except LibvirtFailure as exc:
-                print(f"supervisor libvirt: {name}: {exc}", file=sys.stderr)
+            if not _request_one(conn, name, args):
                 status = EXIT_FAILURE
-                continue
-            keep = old is not None and old.requested_at is not None and not args.reset
-            request = ShutdownRequest(
-                requested_at=old.requested_at if keep and old is not None else now,
-                grace=args.grace if args.grace is not None else (old.grace if old else None),
-                guest_agent=args.guest_agent or (old is not None and old.guest_agent),
-            )
-            try:
-                _call(conn, ops.set_request(name, request))
-                uuid = uuid or _call(conn, ops.uuid_of(name))
-            except LibvirtFailure as exc:
-                print(f"supervisor libvirt: {name}: cannot write the request: {exc}", file=sys.stderr)
-                status = EXIT_FAILURE
-                continue
-            when = format_time(request.requested_at or now)
-            grace = "the enforcer's grace" if request.grace is None else format_duration(request.grace)
-            print(f"{name}: shutdown requested at {when}, grace {grace}")
-            if not args.no_press:
-                _press(conn, name, uuid, agent=request.guest_agent)
         return status
 
     return _connected(args, action)
+
+
+def _request_one(conn: Any, name: str, args: argparse.Namespace) -> bool:
+    try:
+        view = _call(conn, ops.get_request(name))
+    except LibvirtFailure as exc:
+        print(f"supervisor libvirt: {name}: {exc}", file=sys.stderr)
+        return False
+    if not view.active:
+        # Written now, the request would land in the persistent definition
+        # and every later start would be destroyed for it.
+        print(f"supervisor libvirt: {name}: not running: nothing to shut down, no request written", file=sys.stderr)
+        return False
+    if view.in_definition:
+        # A request in the persistent definition (written by something else
+        # while the domain was off) is stale: drop it, start afresh.
+        _call(conn, ops.remove_request(name))
+        print(f"{name}: removed a request from its persistent definition")
+    old = view.request
+    keep = old is not None and old.requested_at is not None and not args.reset
+    now = time.time()
+    request = ShutdownRequest(
+        requested_at=old.requested_at if keep and old is not None else now,
+        grace=args.grace if args.grace is not None else (old.grace if old else None),
+        guest_agent=args.guest_agent or (old is not None and old.guest_agent),
+    )
+    try:
+        _call(conn, ops.set_request(name, request))
+    except LibvirtFailure as exc:
+        print(f"supervisor libvirt: {name}: cannot write the request: {exc}", file=sys.stderr)
+        return False
+    when = format_time(request.requested_at or now)
+    grace = "the enforcer's grace" if request.grace is None else format_duration(request.grace)
+    print(f"{name}: shutdown requested at {when}, grace {grace}")
+    if not args.no_press:
+        _press(conn, name, view.uuid, agent=request.guest_agent)
+    return True
 
 
 def _press(conn: Any, name: str, uuid: str, *, agent: bool) -> None:
@@ -162,12 +175,12 @@ def cancel_shutdown(args: argparse.Namespace) -> int:
         status = 0
         for name in args.domains:
             try:
-                _call(conn, ops.set_request(name, None))
+                removed = _call(conn, ops.remove_request(name))
             except LibvirtFailure as exc:
                 print(f"supervisor libvirt: {name}: {exc}", file=sys.stderr)
                 status = EXIT_FAILURE
                 continue
-            print(f"{name}: shutdown request removed")
+            print(f"{name}: shutdown request removed" if removed else f"{name}: no shutdown request")
         return status
 
     return _connected(args, action)
@@ -177,6 +190,7 @@ def list_requests(args: argparse.Namespace) -> int:
     def action(conn: Any) -> int:
         try:
             domains = _call(conn, ops.list_domains())
+            stale = _call(conn, ops.requests_in_definitions())
         except LibvirtFailure as exc:
             print(f"supervisor libvirt: cannot list domains: {exc}", file=sys.stderr)
             return EXIT_FAILURE
@@ -185,11 +199,15 @@ def list_requests(args: argparse.Namespace) -> int:
             request = domain.request
             if domain.request_error is not None:
                 print(f"{domain.name}\tinvalid request: {domain.request_error}")
+            elif domain.request_in_definition:
+                print(f"{domain.name}\t{_IN_DEFINITION}")
             elif request.requested_at is not None:
                 grace = "default grace" if request.grace is None else f"grace {format_duration(request.grace)}"
                 age = format_duration(max(0.0, now - request.requested_at))
                 when = format_time(request.requested_at)
                 print(f"{domain.name}\trequested at {when} ({age} ago, {grace})")
+        for name, _xml in stale:
+            print(f"{name}\tshut off; {_IN_DEFINITION}")
         return 0
 
     return _connected(args, action)

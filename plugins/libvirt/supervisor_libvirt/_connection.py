@@ -65,6 +65,7 @@ class Hypervisor:
         self._last_failure: tuple[float, LibvirtFailure] | None = None
         self._lost_reported = False
         self._stopped: dict[str, trio.Event] = {}
+        self._stop_reasons: dict[str, int] = {}
         self._token: trio.lowlevel.TrioToken | None = None
 
     async def __aenter__(self) -> Hypervisor:
@@ -98,14 +99,31 @@ class Hypervisor:
             raise
 
     def stopped(self, uuid: str) -> trio.Event:
-        """An event set once libvirt reports that the domain stopped."""
+        """An event set once libvirt reports that the domain stopped; from
+        the first call on, the stop's reason is kept for ``stop_reason``."""
         event = self._stopped.get(uuid)
         if event is None:
             event = self._stopped[uuid] = trio.Event()
         return event
 
+    def stop_reason(self, uuid: str) -> int | None:
+        """The shutoff reason (VIR_DOMAIN_SHUTOFF_*) of the last reported stop
+        of a domain watched with ``stopped``: what is left to know of a
+        transient domain, which vanishes once off."""
+        return self._stop_reasons.get(uuid)
+
     def forget(self, uuid: str) -> None:
         self._stopped.pop(uuid, None)
+        self._stop_reasons.pop(uuid, None)
+
+    def soon(self, function: Callable[..., object], *args: object) -> None:
+        """Run ``function(*args)`` in trio's thread, from any thread (a worker
+        thread that its caller abandoned, say); dropped once trio has ended."""
+        token = self._token
+        if token is None:
+            return
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(function, *args)
 
     async def aclose(self) -> None:
         """Close the connection; shielded but bounded, so that a cancelled
@@ -196,21 +214,20 @@ class Hypervisor:
 
     # Callbacks on libvirt's event thread: hand over to trio, never block.
 
-    def _on_lifecycle(self, _conn: Any, dom: Any, event: int, _detail: int, _opaque: object) -> None:
-        if event in (_EVENT_STOPPED, _EVENT_UNDEFINED):
-            self._soon(self._set_stopped, dom.UUIDString())
+    def _on_lifecycle(self, _conn: Any, dom: Any, event: int, detail: int, _opaque: object) -> None:
+        if event == _EVENT_STOPPED:
+            # virDomainEventStoppedDetailType counts from SHUTDOWN = 0, the
+            # shutoff reasons from UNKNOWN = 0: one apart, in the same order.
+            self.soon(self._set_stopped, dom.UUIDString(), detail + 1)
+        elif event == _EVENT_UNDEFINED:
+            self.soon(self._set_stopped, dom.UUIDString(), None)
 
     def _on_close(self, _conn: Any, reason: int, generation: int) -> None:
-        self._soon(self._lost, generation, f"connection closed ({_CLOSE_REASONS.get(reason, reason)})")
+        self.soon(self._lost, generation, f"connection closed ({_CLOSE_REASONS.get(reason, reason)})")
 
-    def _soon(self, function: Callable[..., object], *args: object) -> None:
-        token = self._token
-        if token is None:
-            return
-        with contextlib.suppress(trio.RunFinishedError):  # the trio run has ended: nobody waits
-            token.run_sync_soon(function, *args)
-
-    def _set_stopped(self, uuid: str) -> None:
+    def _set_stopped(self, uuid: str, reason: int | None) -> None:
         event = self._stopped.get(uuid)
         if event is not None:
+            if reason is not None:
+                self._stop_reasons[uuid] = reason
             event.set()

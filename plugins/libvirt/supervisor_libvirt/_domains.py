@@ -7,6 +7,7 @@ domain objects belong to a dead connection, and a lookup costs one local RPC.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 from collections.abc import Callable, Iterable
@@ -28,29 +29,57 @@ from ._binding import (
 )
 from ._metadata import KEY, NAMESPACE, ShutdownRequest
 
-__all__ = ["Domain", "Selection", "list_domains"]
+__all__ = ["Domain", "Key", "RequestView", "Selection", "list_domains"]
 
 _LIST_ACTIVE = 1  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
+_LIST_INACTIVE = 2
 _METADATA_ELEMENT = 2  # VIR_DOMAIN_METADATA_ELEMENT
 _AFFECT_CURRENT = 0
 _AFFECT_LIVE = 1
+_AFFECT_CONFIG = 2
 _STATE_SHUTOFF = 5
+
+# virDomainShutoffReason values.
+SHUTOFF_UNKNOWN = 0
+SHUTOFF_SHUTDOWN = 1
+SHUTOFF_DESTROYED = 2
+SHUTOFF_CRASHED = 3
+SHUTOFF_MIGRATED = 4
+SHUTOFF_SAVED = 5
+SHUTOFF_FAILED = 6
+
+Key = tuple[str, int]
+"""One boot of a domain: its UUID and its ID, which libvirt assigns anew at
+every start (the same guest started again is another key)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Domain:
-    """A domain as listed: identity plus what its metadata asks for."""
+    """A running domain as listed: identity plus what its metadata asks for.
+
+    ``request`` is empty when the live request is only the copy of one in
+    the persistent definition (``request_in_definition``): every start would
+    carry it, so it is reported, never acted on.  ``selected``: whether the
+    plugin's selection (domains, exclude, marker) takes the domain.
+    """
 
     name: str
     uuid: str
     persistent: bool
     request: ShutdownRequest
     request_error: str | None = None
+    id: int = 0
+    selected: bool = True
+    request_in_definition: bool = False
+
+    @property
+    def key(self) -> Key:
+        return (self.uuid, self.id)
 
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Which running domains the shutdown handles.
+    """Which running domains the plugin handles, at shutdown and in the enforcer.
 
     ``names``: fnmatch patterns (empty: every domain); ``exclude``: patterns
     to leave alone; ``marker``: only domains with a metadata element in that
@@ -66,9 +95,18 @@ class Selection:
             return False
         return not any(fnmatch.fnmatchcase(name, p) for p in self.exclude)
 
+    def describe(self) -> str:
+        parts = [f"domains {', '.join(self.names)}"] if self.names else []
+        if self.exclude:
+            parts.append(f"exclude {', '.join(self.exclude)}")
+        if self.marker:
+            parts.append(f"marker {self.marker}")
+        return "; ".join(parts) or "every domain"
 
-def list_domains(selection: Selection | None = None) -> Callable[[Any], list[Domain]]:
-    """Running domains (matching ``selection``), with their shutdown requests."""
+
+def list_domains(selection: Selection | None = None, *, unselected: bool = False) -> Callable[[Any], list[Domain]]:
+    """Running domains matching ``selection``, with their shutdown requests;
+    with ``unselected`` the others too, marked ``selected=False``."""
 
     def op(conn: Any) -> list[Domain]:
         libvirt = libvirt_module()
@@ -76,19 +114,12 @@ def list_domains(selection: Selection | None = None) -> Callable[[Any], list[Dom
         for dom in conn.listAllDomains(_LIST_ACTIVE):
             try:
                 name = dom.name()
-                if selection is not None:
-                    if not selection.matches_name(name):
-                        continue
-                    if selection.marker and _metadata(libvirt, dom, selection.marker) is None:
-                        continue
-                request, error = ShutdownRequest(), None
-                xml = _metadata(libvirt, dom, NAMESPACE)
-                if xml is not None:
-                    try:
-                        request = ShutdownRequest.parse(xml)
-                    except ValueError as exc:
-                        error = str(exc)
-                found.append(Domain(name, dom.UUIDString(), bool(dom.isPersistent()), request, error))
+                selected = selection is None or (
+                    selection.matches_name(name)
+                    and not (selection.marker and _metadata(libvirt, dom, selection.marker) is None)
+                )
+                if selected or unselected:
+                    found.append(_describe(libvirt, dom, name, selected=selected))
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() != NO_DOMAIN:  # vanished while listing: nothing to do
                     raise
@@ -97,13 +128,59 @@ def list_domains(selection: Selection | None = None) -> Callable[[Any], list[Dom
     return op
 
 
-def _metadata(libvirt: Any, dom: Any, namespace: str) -> str | None:
+def _describe(libvirt: Any, dom: Any, name: str, *, selected: bool) -> Domain:
+    persistent = bool(dom.isPersistent())
+    request, error, in_definition = ShutdownRequest(), None, False
+    xml = _metadata(libvirt, dom, NAMESPACE)
+    if xml is not None:
+        # The same element in the persistent definition: the live one is only
+        # its copy, made at start (a request written to an inactive domain).
+        in_definition = persistent and _metadata(libvirt, dom, NAMESPACE, _AFFECT_CONFIG) == xml
+        try:
+            parsed = ShutdownRequest.parse(xml)
+        except ValueError as exc:
+            error = str(exc)
+        else:
+            request = ShutdownRequest() if in_definition else parsed
+    return Domain(
+        name,
+        dom.UUIDString(),
+        persistent,
+        request,
+        error,
+        id=int(dom.ID()),
+        selected=selected,
+        request_in_definition=in_definition and error is None,
+    )
+
+
+def _metadata(libvirt: Any, dom: Any, namespace: str, flags: int = _AFFECT_CURRENT) -> str | None:
     try:
-        return str(dom.metadata(_METADATA_ELEMENT, namespace, _AFFECT_CURRENT))
+        return str(dom.metadata(_METADATA_ELEMENT, namespace, flags))
     except libvirt.libvirtError as exc:
         if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN_METADATA:
             return None
         raise
+
+
+def requests_in_definitions() -> Callable[[Any], list[tuple[str, str]]]:
+    """``(name, element)`` of shut-off persistent domains whose definition
+    carries a request (every start would copy it into the live one)."""
+
+    def op(conn: Any) -> list[tuple[str, str]]:
+        libvirt = libvirt_module()
+        found = []
+        for dom in conn.listAllDomains(_LIST_INACTIVE):
+            try:
+                xml = _metadata(libvirt, dom, NAMESPACE, _AFFECT_CONFIG)
+                if xml is not None:
+                    found.append((dom.name(), xml))
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != NO_DOMAIN:
+                    raise
+        return found
+
+    return op
 
 
 def lookup(conn: Any, uuid: str) -> Any:
@@ -201,30 +278,63 @@ def managed_save(uuid: str) -> Callable[[Any], None]:
     return op
 
 
-def uuid_of(name: str) -> Callable[[Any], str]:
-    return lambda conn: str(conn.lookupByName(name).UUIDString())
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """A domain's request as the operators' commands see it."""
+
+    uuid: str
+    active: bool
+    request: ShutdownRequest | None  # the live one; None: none (or only the definition's copy)
+    in_definition: bool  # its persistent definition carries a request
 
 
-def set_request(name: str, request: ShutdownRequest | None) -> Callable[[Any], None]:
-    """Write (or, with None, remove) the request in the live definition."""
+def set_request(name: str, request: ShutdownRequest) -> Callable[[Any], None]:
+    """Write the request into the live definition of a running domain, so
+    that it vanishes when the guest stops; OPERATION_INVALID if it is not
+    running (a request there would land in the persistent definition, and
+    every later start would carry it)."""
 
     def op(conn: Any) -> None:
         dom = conn.lookupByName(name)
-        xml = None if request is None else request.to_xml()
-        flags = _AFFECT_LIVE if dom.isActive() else _AFFECT_CURRENT
-        dom.setMetadata(_METADATA_ELEMENT, xml, None if xml is None else KEY, NAMESPACE, flags)
+        dom.setMetadata(_METADATA_ELEMENT, request.to_xml(), KEY, NAMESPACE, _AFFECT_LIVE)
 
     return op
 
 
-def get_request(name: str) -> Callable[[Any], tuple[str, ShutdownRequest | None]]:
-    """``(uuid, request)`` of the named domain; ValueError for bad metadata."""
+def remove_request(name: str) -> Callable[[Any], bool]:
+    """Remove the request from the live definition and from the persistent
+    one (where only a mistake puts it); whether there was one."""
 
-    def op(conn: Any) -> tuple[str, ShutdownRequest | None]:
+    def op(conn: Any) -> bool:
         libvirt = libvirt_module()
         dom = conn.lookupByName(name)
-        xml = _metadata(libvirt, dom, NAMESPACE)
-        return dom.UUIDString(), None if xml is None else ShutdownRequest.parse(xml)
+        places = [_AFFECT_LIVE] if dom.isActive() else []
+        if dom.isPersistent():
+            places.append(_AFFECT_CONFIG)
+        removed = False
+        for flags in places:
+            if _metadata(libvirt, dom, NAMESPACE, flags) is not None:
+                dom.setMetadata(_METADATA_ELEMENT, None, None, NAMESPACE, flags)
+                removed = True
+        return removed
+
+    return op
+
+
+def get_request(name: str) -> Callable[[Any], RequestView]:
+    """The named domain's request (None for unreadable live metadata)."""
+
+    def op(conn: Any) -> RequestView:
+        libvirt = libvirt_module()
+        dom = conn.lookupByName(name)
+        active = bool(dom.isActive())
+        live = _metadata(libvirt, dom, NAMESPACE, _AFFECT_LIVE) if active else None
+        config = _metadata(libvirt, dom, NAMESPACE, _AFFECT_CONFIG) if dom.isPersistent() else None
+        request = None
+        if live is not None and live != config:  # equal: only the definition's copy
+            with contextlib.suppress(ValueError):  # unreadable: to be replaced
+                request = ShutdownRequest.parse(live)
+        return RequestView(dom.UUIDString(), active, request, config is not None)
 
     return op
 

@@ -1,12 +1,23 @@
-"""The deletion-deadline enforcer: a periodic pass over requested shutdowns.
+"""The deletion-deadline enforcer: requested shutdowns, destroyed on time.
 
 The design the libvirt-provider's maintainers agreed on: the reconcile loop
 only marks a domain (``requested-at`` in its metadata) and a separate routine
-enforces the deadline.  Every ``resync_interval`` this lists the running
-domains; one whose request is still within ``requested-at + grace`` gets the
-graceful request again (a press during boot is lost), one past it is
-destroyed.  Domains are handled concurrently, and one still being handled
-from an earlier pass is skipped, so a slow destroy delays nobody else.
+enforces the deadline.  Every ``resync_interval`` a pass lists the running
+domains to discover requests; each request found gets a watch of its own,
+which sends the graceful request again at every pass (a press during boot is
+lost) and holds a timer for ``requested-at + grace``, so the destroy comes at
+its due time and not at the next pass.
+
+Work is keyed by the domain's boot -- its UUID and its ID, which libvirt
+assigns anew at every start -- never by a flag: a list that was already on its
+way while a destroy finished shows the destroyed boot once more, and is
+recognised as such; the same guest started again is another boot, with
+nothing to enforce unless a new request is written.
+
+Only the plugin's selection (``domains``, ``exclude``, ``marker``) is acted
+on.  A request on another guest, an invalid one, or one that sits in a
+persistent definition (so that every start would carry it) is reported once
+per boot and left alone.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import trio
 
@@ -21,16 +33,33 @@ from . import _domains as ops
 from ._actions import FINAL, destroy
 from ._binding import LibvirtFailure
 from ._connection import Hypervisor
-from ._domains import Domain
+from ._domains import Domain, Key
 from ._metadata import format_time
 from ._settings import LibvirtSettings
 
 __all__ = ["Enforcer"]
 
 # A graceful destroy gives up after about 15 s, a plain one after 40 s; bound
-# the whole attempt so a hung daemon cannot pin a domain "in progress" for ever.
+# the whole attempt so a hung daemon cannot pin a boot "in progress" for ever.
 _GRACEFUL_DESTROY_TIMEOUT = 20.0
 _DESTROY_TIMEOUT = 60.0
+
+
+@dataclass
+class _Watch:
+    """One boot's request: re-sent at every pass, destroyed at ``due``."""
+
+    domain: Domain
+    due: float  # Unix time
+    press: bool = True  # a request is to be sent (first, and at every pass)
+    destroying: bool = False
+    changed: trio.Event = field(default_factory=trio.Event)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+    def update(self, domain: Domain, due: float) -> None:
+        """A pass found the request again (perhaps with another grace)."""
+        self.domain, self.due, self.press = domain, due, True
+        self.changed.set()
 
 
 class Enforcer:
@@ -46,17 +75,20 @@ class Enforcer:
         self.settings = settings
         self.log = log
         self.wall_clock = wall_clock
-        self.busy: set[str] = set()
         self.destroyed: list[str] = []  # names, for tests and the log
-        self._reported_bad: set[str] = set()
+        self.lag: list[float] = []  # seconds from due to destroyed, per destroy
+        self._watches: dict[Key, _Watch] = {}
+        self._done: set[Key] = set()  # boots destroyed or found off
+        self._reported: set[tuple[Key, str]] = set()
 
     async def run(self) -> None:
         """Pass after pass until cancelled (the shutdown begins)."""
         interval = self.settings.enforcer.resync_interval
         self.log.info(
-            "deletion-deadline enforcer: every %.3gs, default grace %.3gs",
+            "deletion-deadline enforcer: every %.3gs, default grace %.3gs, for %s",
             interval,
             self.settings.enforcer.grace,
+            self.settings.selection.describe(),
         )
         async with trio.open_nursery() as nursery:
             while True:
@@ -64,32 +96,82 @@ class Enforcer:
                 await trio.sleep(interval)
 
     async def resync(self, nursery: trio.Nursery) -> None:
-        """One pass: start a task for each domain whose request needs action."""
+        """One pass: a watch for each new request, a press for each known one."""
         try:
-            domains = await self.hv.call(ops.list_domains())
+            domains = await self.hv.call(ops.list_domains(self.settings.selection, unselected=True))
         except LibvirtFailure as exc:
             if not exc.connection_lost:
                 self.log.warning("enforcer: cannot list domains: %s", exc)
             return
-        now = self.wall_clock()
+        listed = {domain.key for domain in domains}
+        requested: set[Key] = set()
         for domain in domains:
-            if domain.request_error is not None:
-                if domain.uuid not in self._reported_bad:
-                    self.log.warning(
-                        "enforcer: %s: ignoring invalid shutdown request: %s",
-                        domain.name,
-                        domain.request_error,
-                    )
-                    self._reported_bad.add(domain.uuid)
+            due = self._due(domain)
+            if due is None or domain.key in self._done:
                 continue
-            due = domain.request.due(self.settings.enforcer.grace)
-            if due is None or domain.uuid in self.busy:
-                continue
-            self.busy.add(domain.uuid)
-            if now < due:
-                nursery.start_soon(self._request, domain, due - now)
+            requested.add(domain.key)
+            watch = self._watches.get(domain.key)
+            if watch is None:
+                watch = self._watches[domain.key] = _Watch(domain, due)
+                nursery.start_soon(self._enforce, domain.key, watch)
             else:
-                nursery.start_soon(self._destroy, domain, now - due)
+                watch.update(domain, due)
+        for key, watch in list(self._watches.items()):
+            if key not in requested and not watch.destroying:
+                # Off, gone, or its request was removed: nothing to enforce.
+                if key in listed:
+                    self.log.info("enforcer: %s: shutdown request withdrawn", watch.domain.name)
+                watch.scope.cancel()
+                del self._watches[key]
+        # Boots no longer running never come back: forget them.
+        self._done &= listed
+        self._reported = {entry for entry in self._reported if entry[0] in listed}
+
+    def _due(self, domain: Domain) -> float | None:
+        """When the domain must be gone; None if its request is not for us."""
+        if not domain.selected:
+            if domain.request.requested_at is not None or domain.request_error or domain.request_in_definition:
+                self._report_once(
+                    domain,
+                    "unselected",
+                    f"shutdown request not acted on: the plugin's selection leaves this domain alone "
+                    f"({self.settings.selection.describe()})",
+                )
+            return None
+        if domain.request_error is not None:
+            self._report_once(domain, "invalid", f"ignoring invalid shutdown request: {domain.request_error}")
+            return None
+        if domain.request_in_definition:
+            self._report_once(
+                domain,
+                "definition",
+                "ignoring the shutdown request in its persistent definition (every start would carry it; "
+                "requests belong in the live definition): cancel-shutdown removes it",
+            )
+            return None
+        return domain.request.due(self.settings.enforcer.grace)
+
+    def _report_once(self, domain: Domain, kind: str, message: str) -> None:
+        if (domain.key, kind) not in self._reported:
+            self._reported.add((domain.key, kind))
+            self.log.warning("enforcer: %s: %s", domain.name, message)
+
+    async def _enforce(self, key: Key, watch: _Watch) -> None:
+        """Press at every pass until due, then destroy."""
+        with watch.scope:
+            while (left := watch.due - self.wall_clock()) > 0:
+                if watch.press:
+                    watch.press = False
+                    await self._request(watch.domain, left)
+                    continue  # the request took time: read the clock again
+                with trio.move_on_after(left):
+                    await watch.changed.wait()
+                watch.changed = trio.Event()
+            watch.destroying = True
+            if await self._destroy(watch.domain, watch.due):
+                self._done.add(key)
+        if self._watches.get(key) is watch:
+            del self._watches[key]
 
     async def _request(self, domain: Domain, left: float) -> None:
         flags = ops.shutdown_flags(agent=domain.request.guest_agent)
@@ -100,21 +182,21 @@ class Enforcer:
                 self.log.warning("enforcer: %s: shutdown request failed: %s", domain.name, exc)
         else:
             self.log.info("enforcer: %s: shutdown requested, %.1fs of its grace left", domain.name, left)
-        finally:
-            self.busy.discard(domain.uuid)
 
-    async def _destroy(self, domain: Domain, overdue: float) -> None:
+    async def _destroy(self, domain: Domain, due: float) -> bool:
+        """Destroy the boot; whether it is settled (destroyed, or found off)."""
         requested = format_time(domain.request.requested_at or 0.0)
         self.log.warning(
             "enforcer: %s: shutdown requested at %s, grace over %.1fs ago; destroying it",
             domain.name,
             requested,
-            overdue,
+            max(0.0, self.wall_clock() - due),
         )
         try:
             with trio.move_on_after(_DESTROY_TIMEOUT) as scope:
                 until = trio.current_time() + _GRACEFUL_DESTROY_TIMEOUT
                 graceful_error = await destroy(self.hv, domain.uuid, graceful_until=until)
+                lag = self.wall_clock() - due
                 if graceful_error is not None:
                     self.log.warning(
                         "enforcer: %s: graceful destroy failed (%s); destroyed it plainly",
@@ -122,11 +204,14 @@ class Enforcer:
                         graceful_error,
                     )
                 self.destroyed.append(domain.name)
-                self.log.info("enforcer: %s: destroyed", domain.name)
+                self.lag.append(lag)
+                self.log.info("enforcer: %s: destroyed, %.2fs after its due time", domain.name, lag)
+                return True
             if scope.cancelled_caught:
                 self.log.warning("enforcer: %s: destroy did not finish in %.0fs", domain.name, _DESTROY_TIMEOUT)
         except LibvirtFailure as exc:
-            if exc.code not in FINAL:  # FINAL: it went away on its own
-                self.log.warning("enforcer: %s: destroy failed: %s", domain.name, exc)
-        finally:
-            self.busy.discard(domain.uuid)
+            if exc.code in FINAL:  # it went away on its own
+                self.log.info("enforcer: %s: already off", domain.name)
+                return True
+            self.log.warning("enforcer: %s: destroy failed: %s", domain.name, exc)
+        return False

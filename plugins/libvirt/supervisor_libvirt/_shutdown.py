@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import trio
 
-from supervisor import Deadline, Timeline
+from supervisor import Deadline, Step, Timeline
 
 from . import _domains as ops
 from ._actions import FINAL, destroy
@@ -32,12 +32,32 @@ from ._settings import LibvirtSettings
 
 __all__ = ["DomainShutdown", "Result", "shut_down_all"]
 
-# Outcomes recorded in the timeline, one per domain.
+# Outcomes recorded in the timeline, one per domain; libvirt's shutoff reason
+# tells them apart.  "shut down": the guest powered itself off; "destroyed":
+# by this plugin; "gone": off for another reason (destroyed by someone else,
+# saved, migrated, vanished); "crashed"; "failed": still running, the plugin
+# could not stop it; "destroying": the hook was cut while a destroy was on its
+# way (it becomes "destroyed" if the destroy completes before the timeline is
+# written); "cancelled": cut before that.
 SHUT_DOWN = "shut down"
 SAVED = "saved"
 DESTROYED = "destroyed"
 GONE = "gone"
+CRASHED = "crashed"
 FAILED = "failed"
+DESTROYING = "destroying"
+CANCELLED = "cancelled"
+
+_OTHER_ENDS = {
+    ops.SHUTOFF_DESTROYED: (GONE, "destroyed by someone else"),
+    ops.SHUTOFF_CRASHED: (CRASHED, "crashed"),
+    ops.SHUTOFF_FAILED: (CRASHED, "failed"),
+    ops.SHUTOFF_SAVED: (GONE, "saved by someone else"),
+    ops.SHUTOFF_MIGRATED: (GONE, "migrated away"),
+}
+# How long to wait for the STOPPED event of a domain that vanished (a
+# transient one once off) to learn why: events may trail the state call.
+_REASON_WAIT = 1.0
 
 
 @dataclass
@@ -90,19 +110,29 @@ async def shut_down_all(
     )
     results: dict[str, Result] = {}
     slots = trio.Semaphore(settings.max_parallel or len(domains))
-    async with trio.open_nursery() as nursery:
-        for domain in domains:
-            job = DomainShutdown(
-                hv,
-                settings,
-                domain,
-                log,
-                hooks_end=hooks_end,
-                reserve=reserve,
-                wall_clock=wall_clock,
-            )
-            nursery.start_soon(_one, job, slots, timeline, (phase, plugin), results)
+    jobs = [
+        DomainShutdown(hv, settings, domain, log, hooks_end=hooks_end, reserve=reserve, wall_clock=wall_clock)
+        for domain in domains
+    ]
+    try:
+        async with trio.open_nursery() as nursery:
+            for job in jobs:
+                nursery.start_soon(_one, job, slots, timeline, (phase, plugin), results)
+    finally:
+        report_left_running(jobs, results, log)
     return results
+
+
+def report_left_running(jobs: list[DomainShutdown], results: dict[str, Result], log: logging.Logger) -> None:
+    """One line naming every guest still running as the shutdown ends (its
+    hook cut, a destroy failed), with its last known state."""
+    left = [job for job in jobs if results.get(job.domain.name, Result(FAILED)).outcome == FAILED]
+    if left:
+        log.error(
+            "%d guest(s) still running as the shutdown ends: %s",
+            len(left),
+            "; ".join(f"{job.domain.name} ({job.where()})" for job in left),
+        )
 
 
 async def _list(
@@ -133,7 +163,12 @@ async def _one(
     phase, plugin = where
     async with slots:
         with timeline.step(phase, f"domain {job.domain.name}", plugin=plugin) as step:
-            result = await job.run()
+            result: Result | None = None
+            try:
+                result = await job.run()
+            finally:
+                if result is None:  # cut (or raised: the timeline says "error")
+                    job.cut(step)
             results[job.domain.name] = result
             step.outcome, step.detail = result.outcome, result.detail
 
@@ -175,12 +210,13 @@ class DomainShutdown:
         self._hooks_end = hooks_end
         self._reserve = reserve
         self.presses = 0
-        # Set before the first request goes out: a transient domain can vanish
-        # (having obeyed it) before the request's call has even returned.
-        self.requested = False
         self.agent = domain.request.guest_agent or any(
             fnmatch.fnmatchcase(domain.name, p) for p in settings.guest_agent
         )
+        # What the "still running" report and a cut timeline step say.
+        self.stage = "waiting for its turn"
+        self.last_state = "running"
+        self._cut: tuple[float, Step] | None = None
 
     def graceful_end(self) -> float:
         """When to stop waiting and destroy: the domain's own limit, or the
@@ -191,6 +227,8 @@ class DomainShutdown:
         # The timeout counts from the domain's turn (max_parallel may have
         # kept it waiting); a requested-at + grace is absolute.
         self.started = trio.current_time()
+        self.stage = "shutting down"
+        self.hv.stopped(self.domain.uuid)  # from now on, keep why it stops
         self._own_end = self.started + self.settings.shutdown_timeout
         due = self.domain.request.due(self.settings.enforcer.grace)
         if due is not None:
@@ -205,7 +243,32 @@ class DomainShutdown:
                 return result
             return await self._destroy()
         except _Gone:
-            return Result(GONE, f"vanished after {self._elapsed()}")
+            return await self._vanished()
+
+    def where(self) -> str:
+        """Its last known state and what the plugin was doing."""
+        return f"{self.last_state}; {self.stage}"
+
+    def cut(self, step: Step) -> None:
+        """The hook ended before this domain did: say so in its step."""
+        self._cut = (trio.current_time(), step)
+        if self.stage == "destroying":
+            step.outcome = DESTROYING
+            step.detail = f"destroy in progress when the hook was cut, after {self._summary()}"
+        else:
+            step.outcome = CANCELLED
+            step.detail = f"{self.where()} when the hook was cut, after {self._summary()}"
+
+    def _destroy_completed(self) -> None:
+        """A destroy call returned (in trio's thread, also after a cut)."""
+        if self._cut is None:
+            return  # not cut: _destroy reports it
+        cut_at, step = self._cut
+        late = trio.current_time() - cut_at
+        step.outcome = DESTROYED
+        step.detail = f"completed {late:.1f}s after the hook was cut; {step.detail}"
+        step.duration += late
+        self.log.warning("%s: destroyed %.1fs after the hook was cut", self.domain.name, late)
 
     # ------------------------------------------------------------------
 
@@ -214,6 +277,7 @@ class DomainShutdown:
         if not self.domain.persistent:
             self.log.info("%s: transient, cannot be saved; shutting it down instead", name)
             return None
+        self.stage = "saving"
         with trio.move_on_at(self.graceful_end()):
             try:
                 await self.hv.call(ops.managed_save(self.domain.uuid))
@@ -229,6 +293,7 @@ class DomainShutdown:
 
     async def _graceful(self) -> Result | None:
         """Press and wait until off; None if the window ended first."""
+        self.stage = "shutting down"
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._press_repeatedly)
             result = await self._wait_until_off(self.graceful_end)
@@ -239,7 +304,6 @@ class DomainShutdown:
         name = self.domain.name
         flags = ops.shutdown_flags(agent=self.agent)
         while True:
-            self.requested = True
             try:
                 accepted = await self.hv.call(ops.request_shutdown(self.domain.uuid, flags))
             except LibvirtFailure as exc:
@@ -272,13 +336,13 @@ class DomainShutdown:
                 state = await self.hv.call(ops.state(self.domain.uuid))
             except LibvirtFailure as exc:
                 if exc.code == NO_DOMAIN:
-                    return Result(SHUT_DOWN if self.requested else GONE, self._summary())
+                    return await self._vanished()
                 if not exc.connection_lost:
                     self.log.warning("%s: cannot read its state: %s", name, exc)
             else:
+                self.last_state = ops.describe_state(state)
                 if ops.is_off(state):
-                    self.log.info("%s: shut down after %s", name, self._elapsed())
-                    return Result(SHUT_DOWN, self._summary())
+                    return self._off(state[1])
             stop_at = end()
             now = trio.current_time()
             if now >= stop_at:
@@ -287,8 +351,31 @@ class DomainShutdown:
             with trio.move_on_at(min(stop_at, now + self.settings.poll_interval)):
                 await stopped.wait()
 
+    async def _vanished(self) -> Result:
+        """The domain is gone (a transient one once off): its STOPPED event
+        says why, if it came or comes within a moment."""
+        stopped = self.hv.stopped(self.domain.uuid)
+        with trio.move_on_at(min(trio.current_time() + _REASON_WAIT, self._hooks_end())):
+            await stopped.wait()
+        reason = self.hv.stop_reason(self.domain.uuid)
+        if reason is None:
+            return Result(GONE, f"vanished; {self._summary()}")
+        return self._off(reason)
+
+    def _off(self, reason: int) -> Result:
+        """The domain is off, for libvirt's shutoff ``reason``."""
+        name = self.domain.name
+        self.last_state = "shut off"
+        if reason == ops.SHUTOFF_SHUTDOWN:
+            self.log.info("%s: shut down after %s", name, self._elapsed())
+            return Result(SHUT_DOWN, self._summary())
+        outcome, why = _OTHER_ENDS.get(reason, (GONE, f"off (shutoff reason {reason})"))
+        self.log.warning("%s: %s after %s", name, why, self._elapsed())
+        return Result(outcome, f"{why}; {self._summary()}")
+
     async def _destroy(self) -> Result:
         name = self.domain.name
+        self.stage = "destroying"
         self.log.warning(
             "%s: still running after %s and %d shutdown request(s); destroying it",
             name,
@@ -299,20 +386,31 @@ class DomainShutdown:
         now = trio.current_time()
         graceful_until = now + max(0.0, self._hooks_end() - now) / 2
         try:
-            graceful_error = await destroy(self.hv, self.domain.uuid, graceful_until=graceful_until)
+            graceful_error = await destroy(
+                self.hv, self.domain.uuid, graceful_until=graceful_until, on_done=self._destroy_completed
+            )
         except LibvirtFailure as exc:
-            return self._destroy_failed(exc)
+            return await self._destroy_failed(exc)
+        self.last_state = "shut off"
         if graceful_error is None:
             return Result(DESTROYED, f"after {self._summary()}")
         self.log.warning("%s: graceful destroy failed (%s); destroyed it plainly", name, graceful_error)
         return Result(DESTROYED, f"after {self._summary()}; graceful destroy failed: {graceful_error}")
 
-    def _destroy_failed(self, exc: LibvirtFailure) -> Result:
+    async def _destroy_failed(self, exc: LibvirtFailure) -> Result:
         if exc.code == NO_DOMAIN:
-            return Result(GONE, f"vanished after {self._summary()}")
+            return await self._vanished()
         if exc.code == OPERATION_INVALID:
-            # Not running: it shut down on its own just before the destroy.
-            return Result(SHUT_DOWN, self._summary())
+            # Not running: it went off just before the destroy; its state says how.
+            try:
+                state = await self.hv.call(ops.state(self.domain.uuid))
+            except LibvirtFailure as again:
+                if again.code == NO_DOMAIN:
+                    return await self._vanished()
+            else:
+                if ops.is_off(state):
+                    return self._off(state[1])
+        self.stage = f"destroy failed: {exc}"
         self.log.error("%s: destroy failed: %s", self.domain.name, exc)
         return Result(FAILED, f"destroy failed: {exc}")
 

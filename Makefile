@@ -16,11 +16,13 @@ DEV_STAMP := $(VENV)/.dev-stamp
 APT_CORE := python3 python3-venv python3-dev gcc make libcap-dev pkg-config util-linux procps ca-certificates
 # ...and for the whole test suite: libvirt + QEMU and the guest's parts for
 # the VM tests, podman/runc/debootstrap for the image tests, the benchmarks'
-# anchors (tini, dumb-init, catatonit, supervisord).
+# anchors (tini, dumb-init, catatonit, supervisord); iptables for kube-proxy
+# on the rollout tests' node (tests/node).
 APT_TEST := psmisc iproute2 curl \
 	libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils busybox-static cpio \
 	podman runc debootstrap \
-	tini dumb-init catatonit supervisor
+	tini dumb-init catatonit supervisor \
+	iptables
 
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 DEMO_PLUGINS := plugins/sleep plugins/exec plugins/http

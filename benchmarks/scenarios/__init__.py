@@ -13,6 +13,7 @@ from .._results import Row
 from .core import escalation, exit_latency, memory, orphan_storm, signal_forwarding, startup
 from .hooks import hook_concurrency
 from .kube import endpoint_drain, lease_handover, memory_with_kubernetes
+from .rollout import rolling_update
 from .vms import vm_shutdown
 
 __all__ = ["SCENARIOS", "Scenario"]
@@ -31,4 +32,5 @@ SCENARIOS: dict[str, Scenario] = {
     "drain": endpoint_drain,
     "lease": lease_handover,
     "vms": vm_shutdown,
+    "rollout": rolling_update,
 }

@@ -32,6 +32,7 @@ SCENARIOS = {
     "endpoint drain",
     "lease hand-over",
     "VM shutdown",
+    "rolling update",
 }
 
 

@@ -7,7 +7,7 @@ counts every failed request.  See README.md in this directory."""
 from ._kube_proxy import KubeProxy, KubeProxyError
 from ._kubelet import Kubelet, PodRecord
 from ._netns import NetnsError, NodeNetwork, PodNetwork, in_netns
-from ._node import Load, Node
+from ._node import SERVICE_RANGE, Load, Node
 from ._pod import Container, PodError
 from ._relay import Relay
 from ._rollout import CONFIGS, Config, PodOutcome, RolloutResult, run_rollout
@@ -15,6 +15,7 @@ from ._rules import RulesWatch, routed_ips
 
 __all__ = [
     "CONFIGS",
+    "SERVICE_RANGE",
     "Config",
     "Container",
     "KubeProxy",

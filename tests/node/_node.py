@@ -31,9 +31,12 @@ from ._netns import NodeNetwork
 from ._relay import Relay
 from ._rules import RulesWatch
 
-__all__ = ["Load", "Node"]
+__all__ = ["SERVICE_RANGE", "Load", "Node"]
 
 HERE = Path(__file__).resolve().parent
+# The IPv4 half of tests/cluster's --service-cluster-ip-range: routed to the
+# node's loopback so that ClusterIPs meet kube-proxy's rules.
+SERVICE_RANGE = "10.96.0.0/16"
 LOADGEN = HERE / "loadgen.py"
 
 
@@ -115,6 +118,24 @@ class Node:
             stack.callback(node._stop_loads)
             # Closed in reverse: loads, kube-proxy, pods (kubelet), relay, namespaces.
             yield node
+
+    @classmethod
+    @contextlib.contextmanager
+    def on(cls, plane: Any, workdir: Path) -> Iterator[tuple[Node, Any]]:
+        """A node on ``plane`` (a started ``tests.cluster.ControlPlane``),
+        with kube-proxy from the same build; yields it and an admin client."""
+        from kubernetes import config
+
+        api = config.new_client_from_config(config_file=str(plane.admin_kubeconfig))  # type: ignore[no-untyped-call]
+        with cls.start(
+            api,
+            api_port=plane.port,
+            ca_file=plane.pki.ca,
+            service_range=SERVICE_RANGE,
+            kube_proxy=plane.bin_dir / "kube-proxy",
+            workdir=workdir,
+        ) as node:
+            yield node, api
 
     def rules(self, service: str, interval: float = 0.05) -> RulesWatch:
         """A watch of kube-proxy's rules for ``service`` ("namespace/name")."""

@@ -81,6 +81,10 @@ class RolloutResult:
     problems: list[str] = field(default_factory=list)
     duration: float = 0.0
     failures: list[list[Any]] = field(default_factory=list)
+    # Answered, but only after a second or more: a SYN to a pod whose network
+    # was already gone, dropped, and retransmitted after 1 s, when kube-proxy
+    # had picked another pod.  Not failed, but what a user sees as a stall.
+    slow: int = 0
 
     @property
     def failed(self) -> int:
@@ -88,7 +92,10 @@ class RolloutResult:
 
     def summary(self) -> str:
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(self.outcomes.items()) if kind != "ok") or "none"
-        lines = [f"{self.config.name}: {self.sent} requests, {self.failed} failed ({kinds}) in {self.duration:.1f}s"]
+        lines = [
+            f"{self.config.name}: {self.sent} requests, {self.failed} failed ({kinds}),"
+            f" {self.slow} answered after ≥ 1 s, in {self.duration:.1f}s"
+        ]
         for pod in self.pods:
             lines.append(
                 f"  {pod.name} ({pod.ip}): exit {_fmt(pod.to_exit)}, gone {_fmt(pod.to_gone)},"
@@ -292,6 +299,7 @@ def _run(
     result.sent = len(requests)
     result.outcomes = dict(collections.Counter(str(r[2]) for r in requests))
     result.failures = [r for r in requests if r[2] != "ok"][:20]
+    result.slow = sum(1 for r in requests if r[2] == "ok" and r[1] - r[0] >= 1e9)
     for key in old:
         record = node.kubelet.records[key]
         deleted = record.deleted

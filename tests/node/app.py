@@ -79,6 +79,7 @@ def main() -> int:
     # and the ones queued but not yet accepted, as for any app that has closed
     # its port.
     server.socket.shutdown(socket.SHUT_RDWR)
+    print("SIGTERM: not listening any more", flush=True)
     server.shutdown()
     server.server_close()  # waits for the requests already accepted
     print("stopped", flush=True)

@@ -20,64 +20,71 @@ from tests.node._rollout import APP, SUPERVISOR
 pytestmark = pytest.mark.xdist_group("node")
 
 
-def _load(node: NodeNetwork, url: str, out: Path, *, rate: float, count: int) -> subprocess.Popen[bytes]:
+def _load(node: NodeNetwork, url: str, out: Path, *, rate: float, count: int) -> list[list[object]]:
     argv = [sys.executable, str(LOADGEN), url, f"--rate={rate:g}", f"--count={count}", "--max-seconds=30"]
-    return subprocess.Popen(["nsenter", f"--net=/run/netns/{node.name}", *argv, "--timeout=1", f"--out={out}"])
+    command = ["nsenter", f"--net=/run/netns/{node.name}", *argv, "--timeout=5", f"--out={out}"]
+    subprocess.run(command, check=True, timeout=120)
+    requests: list[list[object]] = json.loads(out.read_text())["requests"]
+    return requests
 
 
-def _wait_listening(container: Container) -> None:
+def _in_pod(container: Container, script: str) -> list[str]:
+    command = ["nsenter", f"--target={container.pid1}", "--mount", "--uts", "--pid", "--net", "sh", "-c", script]
+    return subprocess.run(command, capture_output=True, text=True, check=True, timeout=60).stdout.split()
+
+
+def _wait_for(container: Container, text: str) -> None:
     end = time.monotonic() + 60
-    while "listening on" not in container.output():
+    while text not in container.output():
         assert container.running and time.monotonic() < end, container.output()
         time.sleep(0.05)
 
 
-def test_a_pod_serves_the_node_until_sigterm_then_refuses(tmp_path: Path) -> None:
+def test_a_pod_serves_until_sigterm_then_refuses_and_finishes_what_it_accepted(tmp_path: Path) -> None:
     token = tmp_path / "serviceaccount"
     token.mkdir()
     (token / "token").write_text("not-a-token")
     with NodeNetwork.create("10.96.0.0/16") as node:
         pod = node.add_pod("web-0")
-        app = [sys.executable, str(APP), "--port", "8080"]
-        container = Container(
-            pod.name, "web-0", [SUPERVISOR, "--", *app], {"POD_NAME": "web-0"}, token, tmp_path / "c.log"
-        )
+        app = [SUPERVISOR, "--", sys.executable, str(APP), "--port", "8080", "--delay", "8"]
+        container = Container(pod.name, "web-0", app, {"POD_NAME": "web-0"}, token, tmp_path / "c.log")
         container.start()
         try:
-            _wait_listening(container)
-            seen = subprocess.run(
-                [
-                    "nsenter",
-                    f"--target={container.pid1}",
-                    "--mount",
-                    "--uts",
-                    "--pid",
-                    "sh",
-                    "-c",
-                    "hostname; cat /var/run/secrets/kubernetes.io/serviceaccount/token; echo; echo $$",
-                ],
-                capture_output=True,
+            _wait_for(container, "listening on")
+            hostname, secret = _in_pod(container, "hostname; cat /var/run/secrets/kubernetes.io/serviceaccount/token")
+            assert (hostname, secret) == ("web-0", "not-a-token")
+            before = _load(node, f"http://{pod.ip}:8080/healthz", tmp_path / "before.json", rate=20, count=10)
+            # One slow request in flight (8 s), then SIGTERM: the app stops
+            # listening at once and still answers the request it accepted.
+            slow = subprocess.Popen(
+                ["nsenter", f"--net=/run/netns/{node.name}", "curl", "-sS", "-m", "30", f"http://{pod.ip}:8080/"],
+                stdout=subprocess.PIPE,
                 text=True,
-                check=True,
-            ).stdout.split()
-            assert seen[:2] == ["web-0", "not-a-token"]
-            out = tmp_path / "load.json"
-            load = _load(node, f"http://{pod.ip}:8080/", out, rate=100, count=200)
-            time.sleep(0.8)
+            )
+            _wait_until_connected(node, pod.ip)
             container.signal(signal.SIGTERM)
+            _wait_for(container, "not listening any more")
+            during = _load(node, f"http://{pod.ip}:8080/healthz", tmp_path / "during.json", rate=20, count=5)
+            assert container.running, "the app must still be finishing its slow request"
+            answer, _ = slow.communicate(timeout=60)
             assert container.wait(30), container.output()
-            assert load.wait(60) == 0
         finally:
             container.kill()
         assert container.exit_status == 0, container.output()
-        requests = json.loads(out.read_text())["requests"]
-        outcomes = [r[2] for r in requests]
-        assert len(requests) == 200
-        assert "ok" in outcomes and "refused" in outcomes, outcomes
-        # Served by this pod until the SIGTERM, refused from then on.
-        first_refused = outcomes.index("refused")
-        assert set(outcomes[first_refused:]) == {"refused"}, outcomes
-        assert {r[3] for r in requests if r[2] == "ok"} == {"web-0"}
+        assert [(r[2], r[3]) for r in before] == [("ok", "web-0")] * 10
+        assert [r[2] for r in during] == ["refused"] * 5
+        assert answer.strip() == "web-0"
         names = (node.name, pod.name)
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     assert not [name for name in names if name in left], left
+
+
+def _wait_until_connected(node: NodeNetwork, address: str) -> None:
+    """Until the node has an established connection to the pod's :8080."""
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        command = ["nsenter", f"--net=/run/netns/{node.name}", "ss", "-Htn", "state", "established", "dst", address]
+        if subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no connection to {address} in 60 s")

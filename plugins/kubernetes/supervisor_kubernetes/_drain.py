@@ -27,6 +27,8 @@ __all__ = ["DrainResult", "SliceTracker", "drain_endpoints", "endpoint_routes", 
 
 SERVICE_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+# Dropped watch connections resumed before the drain gives up on the API.
+_WATCH_DROPS = 3
 
 
 def slice_selector(services: Iterable[str], managed_by: Iterable[str] = ()) -> str | None:
@@ -152,6 +154,7 @@ class _Drainer:
         self.selector = slice_selector(settings.services, settings.managed_by)
         self.tracker = SliceTracker(pod)
         self.progress = _Progress(log, settings.progress_interval, until)
+        self.version = ""  # the resourceVersion to watch from
 
     async def run(self) -> DrainResult:
         started = trio.current_time()
@@ -181,17 +184,27 @@ class _Drainer:
 
     async def _follow(self, version: str) -> APIError | None:
         """Watch (again and again) until drained; the error that stopped it, if any."""
+        self.version = version
+        drops = 0
         while not self.tracker.drained:
             left = self.deadline.remaining_for_hooks()
             seconds = max(1, min(int(self.settings.watch_timeout), int(left) + 1))
             try:
-                version = await self._watch_once(version, seconds)
+                await self._watch_once(seconds)
             except APIError as exc:
+                if exc.status is None and drops < _WATCH_DROPS:
+                    # The connection dropped mid-watch (a server restart, an
+                    # idle timeout on the way): client-go's reflectors watch
+                    # again from the last version seen, and so do we, a few
+                    # times; a server that stays away ends in the fallback.
+                    drops += 1
+                    self.log.info("watch connection lost (%s): watching again from version %s", exc, self.version)
+                    continue
                 if exc.status != 410:
                     return exc
                 self.log.info("watch expired (410 Gone): listing the EndpointSlices again")
                 try:
-                    items, version = await self._list()
+                    items, self.version = await self._list()
                 except APIError as relist_error:
                     return relist_error
                 known = set(self.tracker.slices)
@@ -202,11 +215,11 @@ class _Drainer:
                 self.progress.report(self.tracker)
         return None
 
-    async def _watch_once(self, version: str, seconds: int) -> str:
-        """One watch request; returns the version to resume from."""
+    async def _watch_once(self, seconds: int) -> None:
+        """One watch request from ``self.version``, which follows the events."""
         tracker = self.tracker
         error: APIError | None = None
-        async with self.api.watch_endpoint_slices(self.pod.namespace, self.selector, version, seconds) as events:
+        async with self.api.watch_endpoint_slices(self.pod.namespace, self.selector, self.version, seconds) as events:
             async for item in events:
                 if isinstance(item, APIError):
                     # Raised outside the watch's nursery, as itself rather
@@ -214,7 +227,7 @@ class _Drainer:
                     error = item
                     break
                 obj = item["object"]
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                self.version = str((obj.get("metadata") or {}).get("resourceVersion") or self.version)
                 kind = item["type"]
                 if kind in ("ADDED", "MODIFIED"):
                     tracker.update(obj)
@@ -227,7 +240,6 @@ class _Drainer:
                     break
         if error is not None:
             raise error
-        return version
 
 
 class _Progress:

@@ -225,6 +225,9 @@ class Kubelet:
                     if self._stop.is_set():
                         return
                     obj = event["raw_object"]
+                    if event["type"] == "ERROR":  # 410 Gone as an event: list again
+                        self._resource_version = ""
+                        break
                     self._resource_version = obj["metadata"].get("resourceVersion", self._resource_version)
                     if event["type"] in ("ADDED", "MODIFIED"):
                         self._handle(obj)
@@ -248,27 +251,28 @@ class Kubelet:
     def _handle(self, obj: dict[str, Any]) -> None:
         meta, spec = obj["metadata"], obj["spec"]
         mine = spec.get("nodeName") == self.node_name
+        # The watch thread and serve()'s resync both get here: decide under
+        # the lock, so a pod is started once and its deletion seen once.
         with self._lock:
             served = meta["namespace"] in self.namespaces
+            if not mine and not (served and not spec.get("nodeName")):
+                return
             known = self._pods.get(meta["uid"])
-        if not mine and not (served and not spec.get("nodeName")):
-            return
-        if known is None and meta.get("deletionTimestamp"):
-            if mine:  # never started here (deleted before it ran): nothing to stop
-                self._final_delete(meta)
-            return
-        if known is None:
-            record = PodRecord(meta["namespace"], meta["name"], meta["uid"], labels=dict(meta.get("labels") or {}))
-            pod = _Pod(record, spec)
-            with self._lock:
+            deleting = bool(meta.get("deletionTimestamp"))
+            if known is None and not deleting:
+                record = PodRecord(meta["namespace"], meta["name"], meta["uid"], labels=dict(meta.get("labels") or {}))
+                pod = _Pod(record, spec)
                 self._pods[meta["uid"]] = pod
                 self.records[f"{meta['namespace']}/{meta['name']}"] = record
-            self._spawn(self._run_pod, pod, obj, name=meta["name"])
-            return
-        if meta.get("deletionTimestamp") and not known.terminating.is_set():
-            known.record.deleted = time.monotonic()
-            known.record.grace = float(meta.get("deletionGracePeriodSeconds") or 0)
-            known.terminating.set()
+                self._spawn(self._run_pod, pod, obj, name=meta["name"])
+                return
+            if known is not None and deleting and not known.terminating.is_set():
+                known.record.deleted = time.monotonic()
+                known.record.grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+                known.terminating.set()
+                return
+        if known is None and deleting and mine:
+            self._final_delete(meta)  # deleted before it ever ran here: nothing to stop
 
     def _spawn(self, target: Callable[..., None], *args: Any, name: str) -> None:
         thread = threading.Thread(target=self._guard(lambda: target(*args)), daemon=True, name=f"pod-{name}")

@@ -15,8 +15,9 @@ Layout (every address from one private /24 that nothing on the machine uses)::
 Routed /32 links instead of a bridge: traffic between the node and its pods
 never crosses a bridge, so br_netfilter and ``bridge-nf-call-iptables`` play
 no part (Calico lays pods out the same way).  Every namespace has a random
-name, so two runs on one machine never meet; the interfaces live inside the
-namespaces, so their names cannot collide with the host's.
+name (with the creating process's PID, so a later run can remove what a
+killed one left), so two runs on one machine never meet; the interfaces live
+inside the namespaces, so their names cannot collide with the host's.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import contextlib
 import ctypes
 import ipaddress
 import os
+import re
 import secrets
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -33,9 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["NetnsError", "NodeNetwork", "PodNetwork", "in_netns", "pick_subnet"]
+__all__ = ["NetnsError", "NodeNetwork", "PodNetwork", "in_netns", "pick_subnet", "sweep_stale"]
 
 NETNS_DIR = Path("/run/netns")
+PREFIX = "pid1-node-"  # then the creating process's PID and a random suffix
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
 
@@ -113,6 +117,34 @@ def pick_subnet(avoid: Sequence[ipaddress.IPv4Network] = ()) -> ipaddress.IPv4Ne
     raise NetnsError("no free /24 in 10.200.0.0/13 on this machine")
 
 
+def sweep_stale() -> None:
+    """Remove what a run killed before its clean-up (SIGKILL, a lost
+    machine) left: the namespaces are named after the creating process, and
+    those whose creator is gone are emptied (their processes killed, by PID)
+    and deleted.  A live run's namespaces are never touched."""
+    if not NETNS_DIR.is_dir():
+        return
+    for entry in sorted(NETNS_DIR.iterdir()):
+        match = re.match(rf"{PREFIX}(\d+)-[0-9a-f]{{6}}", entry.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        with contextlib.suppress(NetnsError):
+            for pid in ip("netns", "pids", entry.name).split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            ip("netns", "delete", entry.name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @dataclass
 class PodNetwork:
     name: str  # the namespace's name under /run/netns
@@ -144,7 +176,8 @@ class NodeNetwork:
     @contextlib.contextmanager
     def create(cls, service_range: str) -> Iterator[NodeNetwork]:
         services = ipaddress.IPv4Network(service_range)
-        node = cls(f"pid1-node-{secrets.token_hex(3)}", pick_subnet([services]), services)
+        sweep_stale()
+        node = cls(f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}", pick_subnet([services]), services)
         node._free = [str(host) for host in list(node.subnet.hosts())[1:]]
         try:
             ip("netns", "add", node.name)

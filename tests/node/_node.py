@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import signal
 import subprocess
 import sys
@@ -102,10 +101,10 @@ class Node:
         kube_proxy: Path,
         workdir: Path,
     ) -> Iterator[Node]:
-        name = f"pid1-node-{secrets.token_hex(3)}"
         workdir.mkdir(parents=True, exist_ok=True)
         with contextlib.ExitStack() as stack:
             network = stack.enter_context(NodeNetwork.create(service_range))
+            name = network.name  # the Node's name too
             relay = Relay(("127.0.0.1", api_port))
             stack.callback(relay.close)
             port = relay.listen(network.name)

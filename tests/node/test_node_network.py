@@ -88,3 +88,21 @@ def _wait_until_connected(node: NodeNetwork, address: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"no connection to {address} in 60 s")
+
+
+def test_namespaces_a_killed_run_left_are_swept_with_their_processes() -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    name = f"pid1-node-{gone.pid}-abc123"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    orphan = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "600"])
+    try:
+        with NodeNetwork.create("10.96.0.0/16") as node:
+            assert not Path(f"/run/netns/{name}").exists()
+            assert orphan.wait(10) == -signal.SIGKILL
+            assert Path(f"/run/netns/{node.name}").exists()  # a live run's own namespace stays
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)

@@ -130,6 +130,8 @@ def _figure(result: Any, key: str) -> Figure:
     if key == "failed":
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(result.outcomes.items()) if kind != "ok")
         note = f"of {result.sent} sent" + (f" ({kinds})" if kinds else "")
+        if result.slow:
+            note += f"; {result.slow} more answered only after ≥ 1 s (a SYN to a pod already gone, retransmitted)"
         return Figure(float(result.failed), note, problems)
     attribute = {"waste": "waste", "gone": "to_gone", "unrouted": "to_unrouted"}[key]
     value = result.worst(attribute)

@@ -117,13 +117,12 @@ def rolling_update(bench: Bench) -> list[Row]:
 
 
 def _figure(result: Any, key: str) -> Figure:
+    """One configuration's figure.  Problems are the harness's own failures
+    (a kubelet error, a SIGKILL, nothing measured); the requests a baseline
+    drops are its measured outcome, in the value and the notes."""
     if isinstance(result, str):
         return Figure(note=result) if result.startswith("not measured") else Figure(problems=[result])
     problems = list(result.problems)
-    if result.failed:
-        # A fast shutdown that drops requests is not a fast shutdown: every
-        # row of a configuration that dropped some says so.
-        problems.append(f"{result.failed} of {result.sent} requests failed")
     killed = [pod.name for pod in result.pods if pod.killed]
     if killed:
         problems.append(f"SIGKILLed at the grace period: {', '.join(killed)}")
@@ -134,14 +133,18 @@ def _figure(result: Any, key: str) -> Figure:
             note += f"; {result.slow} more answered only after ≥ 1 s (a SYN to a pod already gone, retransmitted)"
         return Figure(float(result.failed), note, problems)
     attribute = {"waste": "waste", "gone": "to_gone", "unrouted": "to_unrouted"}[key]
-    value = result.worst(attribute)
-    median = result.median(attribute)
-    note = f"median {median:.2f} s of {len(result.pods)} pods" if median is not None else ""
-    if key == "waste" and value is not None:
-        early = [pod for pod in result.pods if pod.waste is not None and pod.waste < 0]
-        if early:
-            # Exiting before the rules let go is not "no waste": it is the race.
-            problems.append(f"{len(early)} pod(s) exited while kube-proxy still routed to them")
+    value, median = result.worst(attribute), result.median(attribute)
     if value is None:
-        problems.append(f"no {attribute} measured")
-    return Figure(value, note, problems)
+        return Figure(None, "", [*problems, f"no {attribute} measured"])
+    note = f"median {median:.2f} s of {len(result.pods)} pods"
+    # A fast shutdown that drops requests is not a fast shutdown: each row
+    # of a configuration that dropped some says so.
+    dropped = f"; {result.failed} of {result.sent} requests failed" if result.failed else ""
+    if key == "waste" and value < 0:
+        # Exiting before the rules let go wastes nothing: it is the race itself.
+        return Figure(
+            None,
+            f"no waste: every pod exited while kube-proxy still routed to it ({-value:.2f} s at least){dropped}",
+            problems,
+        )
+    return Figure(value, note + dropped, problems)

@@ -200,10 +200,13 @@ class Kubelet:
         # every 5 min; without either the node lifecycle controller would mark
         # the node NotReady (after 50 s) and the pods unready.
         while not self._stop.wait(10):
-            self.coordination.patch_namespaced_lease(
-                self.node_name, "kube-node-lease", {"spec": {"renewTime": _micro_now()}}
-            )
-            self._post_node_status()
+            try:
+                self.coordination.patch_namespaced_lease(
+                    self.node_name, "kube-node-lease", {"spec": {"renewTime": _micro_now()}}
+                )
+                self._post_node_status()
+            except Exception as exc:  # the next beat tries again, as the kubelet's does
+                log.warning("node heartbeat failed: %s", exc)
 
     # -- pods -------------------------------------------------------------------
 
@@ -212,9 +215,9 @@ class Kubelet:
         from kubernetes.client.exceptions import ApiException
 
         while not self._stop.is_set():
-            self._resync()
             stream: Any = watch.Watch()  # type: ignore[no-untyped-call]
             try:
+                self._resync()
                 for event in stream.stream(
                     self.core.list_pod_for_all_namespaces,
                     resource_version=self._resource_version,
@@ -233,14 +236,18 @@ class Kubelet:
                         self._handle(obj)
             except ApiException as exc:
                 if exc.status != 410:
-                    raise
+                    self._retry_later(exc)
                 self._resource_version = ""
-            except Exception:
+            except Exception as exc:  # a dropped connection: list and watch again, as a reflector does
                 if self._stop.is_set():
                     return
-                raise
+                self._retry_later(exc)
             finally:
                 stream.stop()
+
+    def _retry_later(self, exc: Exception) -> None:
+        log.warning("pod watch failed, listing again: %s", exc)
+        self._stop.wait(0.5)
 
     def _resync(self) -> None:
         body = json.loads(self.core.list_pod_for_all_namespaces(_preload_content=False).data)
@@ -480,14 +487,16 @@ class Kubelet:
         if pod.container is not None and pod.container.running:
             pod.container.kill()
         if pod.network is not None:
+            self.relay.forget(pod.network.name)
             self.network.remove_pod(pod.network.name)
 
     def wait_gone(self, keys: Iterable[str], timeout: float) -> bool:
         """Block until the pods ("namespace/name") have been removed."""
         end = time.monotonic() + timeout
+        with self._lock:
+            pods = {f"{p.record.namespace}/{p.record.name}": p for p in self._pods.values()}
         for key in keys:
-            record = self.records.get(key)
-            pod = next((p for p in self._pods.values() if p.record is record), None)
+            pod = pods.get(key)
             if pod is None or not pod.done.wait(max(end - time.monotonic(), 0)):
                 return False
         return True

@@ -24,7 +24,7 @@ __all__ = ["Relay"]
 @dataclass
 class Relay:
     target: tuple[str, int]
-    _listeners: list[socket.socket] = field(default_factory=list)
+    _listeners: dict[str, socket.socket] = field(default_factory=dict)
     _connections: set[socket.socket] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closed: bool = False
@@ -40,9 +40,19 @@ class Relay:
 
         listener = in_netns(netns, bind)
         with self._lock:
-            self._listeners.append(listener)
+            self._listeners[netns] = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True, name=f"relay-{netns}").start()
         return int(listener.getsockname()[1])
+
+    def forget(self, netns: str) -> None:
+        """Stop listening in ``netns`` (its pod is gone; the socket would keep
+        the deleted namespace alive in the kernel)."""
+        with self._lock:
+            listener = self._listeners.pop(netns, None)
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
@@ -89,7 +99,7 @@ class Relay:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            sockets = [*self._listeners, *self._connections]
+            sockets = [*self._listeners.values(), *self._connections]
             self._listeners.clear()
             self._connections.clear()
         for sock in sockets:

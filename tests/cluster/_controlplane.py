@@ -332,9 +332,9 @@ class ControlPlane:
         path.chmod(0o600)
         return path
 
-    def kubectl(self, *args: str, kubeconfig: Path | None = None, input: str | None = None) -> str:
-        """Run the kubectl built from the same module; its stdout, or
-        CalledProcessError with stderr."""
+    def kubectl(self, *args: str, kubeconfig: Path | None = None, input: str | None = None, check: bool = True) -> str:
+        """Run the kubectl built from the same module; its stdout, or (with
+        ``check``) CalledProcessError with stderr for a non-zero exit."""
         result = subprocess.run(
             [str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or self.admin_kubeconfig}", *args],
             input=input,
@@ -344,6 +344,6 @@ class ControlPlane:
             check=False,
             env={**os.environ, "KUBECTL_KUBERC": "false"},
         )
-        if result.returncode != 0:
+        if check and result.returncode != 0:
             raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout, result.stderr)
         return result.stdout

@@ -47,6 +47,10 @@ class Harness:
     plugin: KubernetesPlugin
     ctx: Context
 
+    async def background(self) -> None:
+        """The start-up hook (connect, learn the pod, check the settings)."""
+        await self.plugin.supervisor_background(ctx=self.ctx)
+
     async def shutdown_started(self, deadline: Deadline, reason: str = "SIGTERM") -> None:
         with deadline.scope():
             await self.plugin.supervisor_shutdown_started(ctx=self.ctx, deadline=deadline, reason=reason)

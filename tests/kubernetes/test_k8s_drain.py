@@ -13,7 +13,7 @@ import trio
 
 from supervisor import Deadline
 from tests.cluster import FaultProxy, Rule
-from tests.kubernetes.k8s_helpers import KubeTarget, harness
+from tests.kubernetes.k8s_helpers import Harness, KubeTarget, harness
 from tests.plugins._helpers import LogRecords
 
 IP = "10.244.0.7"
@@ -87,14 +87,23 @@ async def test_services_setting_limits_the_drain_to_the_named_ones(kube: KubeTar
     h = harness(
         kube, tmp_path, "web-0", "endpoint_drain: {services: [web], propagation_delay: 0s, fallback_delay: 20s}"
     )
-    kube.plane.pause_controllers(0.5)
-    ns.delete_pod("web-0")
+    logs = await _delete_and_drain(kube, h)
+    assert any("1 of 1 slices still route" in m for m in logs.messages), logs.messages
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
+async def _delete_and_drain(kube: KubeTarget, h: Harness, *, lag: float = 0.5, pod: str = "web-0") -> LogRecords:
+    """Delete the pod with the controller ``lag`` seconds behind (so the
+    plugin watches the flip happen), then run the shutdown hooks."""
+    if lag:
+        kube.plane.pause_controllers(lag)
+    kube.cluster.delete_pod(pod)
     deadline = Deadline(30)
     with LogRecords.capture("kubernetes") as logs:
         await h.shutdown_started(deadline)
-        await h.pre_stop(deadline)
-    assert any("1 of 1 slices still route" in m for m in logs.messages), logs.messages
-    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+        with trio.fail_after(30):
+            await h.pre_stop(deadline)
+    return logs
 
 
 def _mirrored_service(kube: KubeTarget, name: str) -> None:
@@ -171,12 +180,7 @@ async def test_dual_stack_pod_drains_from_both_families(kube: KubeTarget, tmp_pa
     families = sorted(s["addressType"] for s in ns.list_slices("web"))
     assert families == ["IPv4", "IPv6"]
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
-    kube.plane.pause_controllers(0.5)
-    ns.delete_pod("web-0")
-    deadline = Deadline(30)
-    with LogRecords.capture("kubernetes") as logs:
-        await h.shutdown_started(deadline)
-        await h.pre_stop(deadline)
+    logs = await _delete_and_drain(kube, h)
     assert any("2 of 2 slices still route to this pod" in m for m in logs.messages), logs.messages
     assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
 
@@ -421,3 +425,54 @@ async def test_many_slices_are_paged(
     assert len(pages) == 3, [r.query for r in pages]  # type: ignore[attr-defined]
     assert [bool(r.query.get("continue")) for r in pages] == [False, True, True]  # type: ignore[attr-defined]
     assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
+async def test_publish_not_ready_addresses_counts_as_drained_and_says_why(kube: KubeTarget, tmp_path: Path) -> None:
+    """With publishNotReadyAddresses the controller keeps a terminating
+    endpoint ready, so kube-proxy routes to it until the pod is gone: no
+    wait can end that, the drain says so and does not wait for it."""
+    ns = kube.cluster
+    pod = ns.run_pod("web-0", ips=[IP], labels={"app": "web"})
+    ns.create_service("web", {"app": "web"}, publish_not_ready=True)
+    ns.wait_endpoints("web", [pod])
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
+    logs = await _delete_and_drain(kube, h)
+    (endpoint,) = ns.pod_endpoints(pod["metadata"]["uid"], "web")
+    assert endpoint["conditions"] == {"ready": True, "serving": True, "terminating": True}
+    warnings = logs.at(logging.WARNING)
+    assert any("Service web publishes not-ready addresses" in m for m in warnings), logs.messages
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("others", [0, 2])
+async def test_the_last_serving_endpoint_is_reported(kube: KubeTarget, tmp_path: Path, others: int) -> None:
+    """Terminating but serving, and no other endpoint ready: kube-proxy falls
+    back to it.  Reported only then, not when other pods are ready."""
+    _web(kube, others=others)
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
+    logs = await _delete_and_drain(kube, h)
+    last = [m for m in logs.at(logging.WARNING) if "last serving endpoint of Service web (IPv4)" in m]
+    assert bool(last) == (others == 0), logs.messages
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
+async def test_a_services_name_matching_no_service_is_a_warning_at_start_and_at_sigterm(
+    kube: KubeTarget, tmp_path: Path
+) -> None:
+    _web(kube)
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {services: [web, wbe], propagation_delay: 0s}")
+    with LogRecords.capture("kubernetes") as logs:
+        await h.background()
+    (warning,) = logs.at(logging.WARNING)
+    assert "endpoint_drain.services names 'wbe'" in warning, logs.messages
+    logs = await _delete_and_drain(kube, h)
+    assert any("endpoint_drain.services names 'wbe'" in m for m in logs.at(logging.WARNING)), logs.messages
+    assert not any("'web'" in m for m in logs.at(logging.WARNING)), logs.messages
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
+async def test_only_misnamed_services_is_a_warning_not_a_silent_nothing(kube: KubeTarget, tmp_path: Path) -> None:
+    _web(kube)
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {services: [wbe], propagation_delay: 0s}")
+    logs = await _delete_and_drain(kube, h, lag=0)
+    assert any("endpoint_drain.services names 'wbe'" in m for m in logs.at(logging.WARNING)), logs.messages

@@ -43,7 +43,7 @@ def _config(kube: KubeTarget, tmp_path: Path, report: Path) -> Path:
     path.write_text(
         f"""
 grace_period: 30s
-log: {{format: text, level: info}}
+log: {{format: text, level: debug}}
 processes:
   - name: controller
     main: true
@@ -75,7 +75,9 @@ def _supervise(kube: KubeTarget, tmp_path: Path, report: Path) -> Supervisor:
     }
     sup = Supervisor(["-c", str(_config(kube, tmp_path, report))], env=env, cwd=REPO)
     deadline = time.monotonic() + 60
-    while "leading" not in read_report(report) or ("read pod" not in sup.output and "pod " not in sup.output):
+    # A pod runs for a while before it is deleted: the plugin's background
+    # hook has loaded the client and read the pod long before.
+    while "leading" not in read_report(report) or "connected as pod" not in sup.output:
         if time.monotonic() > deadline or sup.proc.poll() is not None:
             sup.kill()
             raise AssertionError(f"the manager never led\n{sup.output}")

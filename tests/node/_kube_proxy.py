@@ -79,6 +79,8 @@ class KubeProxy:
             "healthzBindAddress": f"127.0.0.1:{HEALTHZ_PORT}",
             "metricsBindAddress": f"127.0.0.1:{METRICS_PORT}",
             "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+            # NodePorts on the node's own address only (what kube-proxy recommends).
+            "nodePortAddresses": ["primary"],
         }
         (self.workdir / "kube-proxy.yaml").write_text(yaml.safe_dump(config))
         argv = [

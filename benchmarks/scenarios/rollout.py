@@ -136,7 +136,8 @@ def _figure(result: Any, key: str) -> Figure:
     value, median = result.worst(attribute), result.median(attribute)
     if value is None:
         return Figure(None, "", [*problems, f"no {attribute} measured"])
-    note = f"median {median:.2f} s of {len(result.pods)} pods"
+    each = ", ".join("—" if v is None else f"{v:.2f}" for v in (getattr(pod, attribute) for pod in result.pods))
+    note = f"median {median:.2f} s of {len(result.pods)} pods (each: {each})"
     # A fast shutdown that drops requests is not a fast shutdown: each row
     # of a configuration that dropped some says so.
     dropped = f"; {result.failed} of {result.sent} requests failed" if result.failed else ""

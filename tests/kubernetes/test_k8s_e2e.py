@@ -119,8 +119,8 @@ def test_pod_deletion_drains_then_stops_then_hands_over_the_lease(kube: KubeTarg
     # 2. It exited (without releasing: ReleaseOnCancel is off), then the plugin released.
     assert "stopped" in events, events
     assert "released lease" in sup.output
-    # 3. The standby led within its retry period (x1.2 jitter) plus slack, not after 15 s.
-    assert acquired - events["stopped"] < RETRY * 1.2 + 1.5, (acquired, events)
+    # 3. The standby led within its jittered retry (up to 2.2 retry periods) plus slack, not after 15 s.
+    assert acquired - events["stopped"] < RETRY * 2.2 + 1.5, (acquired, events)
     reasons = {e["reason"] for e in ns.list_events()}
     assert {"DrainStarted", "DrainFinished", "LeaseReleased"} <= reasons, reasons
 

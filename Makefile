@@ -78,7 +78,7 @@ lint: $(DEV_STAMP)
 	$(VENV)/bin/mypy --strict supervisor
 	$(VENV)/bin/mypy --strict plugins/sleep/supervisor_sleep.py plugins/exec/supervisor_exec plugins/http/supervisor_http \
 		plugins/kubernetes/supervisor_kubernetes plugins/libvirt/supervisor_libvirt
-	$(VENV)/bin/mypy --strict --follow-imports=silent -p tests.node -m benchmarks.scenarios.rollout
+	$(VENV)/bin/mypy --strict --follow-imports=silent -p tests.node -p tests.cluster -m benchmarks.scenarios.rollout
 
 typecheck: lint
 

@@ -59,8 +59,13 @@ class Namespace:
     """Created (with its ServiceAccount and Role) on construction; ``cleanup()``
     final-deletes the pods and deletes the namespace."""
 
-    def __init__(self, plane: ControlPlane, name: str | None = None, *, rules: list[dict[str, Any]] | None = None):
-        from kubernetes import client
+    def __init__(
+        self, plane: ControlPlane, name: str | None = None, *, rules: list[dict[str, Any]] | None = None
+    ) -> None:
+        import kubernetes
+
+        # Untyped use on purpose: plain JSON in and out (_preload_content=False).
+        client: Any = kubernetes.client
 
         self.plane = plane
         self.name = name or f"pid1-test-{uuid.uuid4().hex[:8]}"
@@ -210,7 +215,9 @@ class Namespace:
 
     # -- leases and events -------------------------------------------------------
 
-    def create_lease(self, name: str, holder: str, *, duration: int = 15, labels: Mapping[str, str] | None = None):  # type: ignore[no-untyped-def]
+    def create_lease(
+        self, name: str, holder: str, *, duration: int = 15, labels: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
         stamp = micro_time()
         body = {
             "metadata": {"name": name, "labels": dict(labels or {})},
@@ -278,8 +285,9 @@ class SliceWatch:
         )
 
     def _run(self, ready: threading.Event) -> None:
-        from kubernetes import watch
+        import kubernetes
 
+        watch: Any = kubernetes.watch
         listing = _raw(
             self.namespace.discovery.list_namespaced_endpoint_slice(self.namespace.name, _preload_content=False)
         )

@@ -152,8 +152,9 @@ class KubernetesPlugin:
         events = EventRecorder(connection.api if settings.events else None, identity, ctx.log)
         budget = max(0.0, deadline.remaining_for_hooks() - drain.propagation_delay)
         # Stop watching a little before the hook's own cancellation, so that
-        # a timeout is still logged and recorded as one.
-        budget -= min(_REPORT_TIME, budget * 0.1)
+        # a timeout is still logged and recorded as one (on a loaded machine
+        # the abandoned watch thread and the log need a moment).
+        budget -= min(_REPORT_TIME, budget * 0.2)
         until = started + min(drain.timeout, budget)
         async with trio.open_nursery() as nursery:
             with ctx.timeline.step("pre_stop", "endpoint drain", plugin=ctx.plugin) as step:

@@ -35,7 +35,7 @@ from typing import Any
 
 from ._pki import PKI, ClientCert
 
-__all__ = ["BUILD_SCRIPT", "ControlPlane", "ControlPlaneError", "binaries"]
+__all__ = ["BUILD_SCRIPT", "DIE_WITH_PARENT", "ControlPlane", "ControlPlaneError", "binaries"]
 
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 SERVICE_CIDRS = "10.96.0.0/16,fd00:10:96::/112"
@@ -65,6 +65,13 @@ def binaries() -> Path:
     if result.returncode != 0:
         raise ControlPlaneError(f"{BUILD_SCRIPT} failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
     return Path(result.stdout.strip().splitlines()[-1])
+
+
+# Prefixed to every command: SIGTERM the child when the test process dies,
+# so a killed test run (a CI timeout, a Ctrl-C'd xdist worker) leaves no
+# control plane behind; the normal path stops each process by its PID.
+# setpriv (util-linux) sets it and execs the command in the same process.
+DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "TERM", "--")
 
 
 def free_port() -> int:
@@ -164,7 +171,7 @@ class ControlPlane:
         log = self.workdir / f"{name}.log"
         with log.open("ab") as out:
             popen = subprocess.Popen(
-                [str(self.bin_dir / name), *args],
+                [*DIE_WITH_PARENT, str(self.bin_dir / name), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -91,8 +91,15 @@ class Manager:
 
     def start(self) -> Manager:
         stderr = self.log.open("a") if self.log else subprocess.DEVNULL
+        from ._controlplane import DIE_WITH_PARENT
+
         self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True, env=self.env
+            [*DIE_WITH_PARENT, *self.argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=self.env,
         )
         threading.Thread(target=self._read, daemon=True, name="crmanager-stdout").start()
         self.wait_for("started", 30)

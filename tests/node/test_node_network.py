@@ -97,6 +97,11 @@ def test_namespaces_a_killed_run_left_are_swept_with_their_processes() -> None:
     subprocess.run(["ip", "netns", "add", name], check=True)
     orphan = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "600"])
     try:
+        end = time.monotonic() + 60
+        pids = ["ip", "netns", "pids", name]
+        while str(orphan.pid) not in subprocess.run(pids, capture_output=True, text=True, check=False).stdout:
+            assert time.monotonic() < end, "the orphan never entered its namespace"
+            time.sleep(0.05)
         with NodeNetwork.create("10.96.0.0/16") as node:
             assert not Path(f"/run/netns/{name}").exists()
             assert orphan.wait(10) == -signal.SIGKILL

@@ -227,3 +227,22 @@ async def test_events_tell_the_story_in_kubectl_describe(kube: KubeTarget, tmp_p
     events_table = described.split("Events:", 1)[1]
     for reason in ("DrainStarted", "DrainFinished", "LeaseReleased"):
         assert reason in events_table, described
+
+
+async def test_a_long_multibyte_note_is_cut_to_what_the_server_accepts(kube: KubeTarget, tmp_path: Path) -> None:
+    """The server limits an Event's note to 1024 bytes; cut by characters,
+    600 two-byte characters would be rejected whole (422)."""
+    import logging as stdlib_logging
+
+    from supervisor_kubernetes._events import EventRecorder
+
+    ns = kube.cluster
+    ns.run_pod("web-0")
+    h = harness(kube, tmp_path, "web-0", "events: true")
+    connection = await h.plugin._connect(h.ctx)
+    recorder = EventRecorder(connection.api, connection.pod_identity, stdlib_logging.getLogger("test"))
+    with LogRecords.capture("test") as logs:
+        await recorder.record("DrainStarted", "é" * 600, action="Drain")
+    assert logs.at(logging.WARNING) == [], logs.messages
+    (event,) = ns.list_events()
+    assert event["note"] == "é" * 512 and len(event["note"].encode()) == 1024

@@ -179,13 +179,16 @@ func main() {
 		case <-ctx.Done():
 		}
 	}()
+	signalled := make(chan struct{})
 	go func() {
 		<-ctx.Done() // SIGTERM or SIGINT arrived
 		emit(map[string]any{"event": "stopping", "identity": id})
+		close(signalled)
 	}()
 	emit(map[string]any{"event": "started", "identity": id})
 	if err := mgr.Start(ctx); err != nil {
 		fail(err)
 	}
+	<-signalled // Start returns once the context is done: "stopping" comes first
 	emit(map[string]any{"event": "stopped", "identity": id})
 }

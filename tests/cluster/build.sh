@@ -41,4 +41,9 @@ if [ ! -f "$dir/bin/.complete" ]; then
 	mv "$dir/bin.partial" "$dir/bin"
 	echo "build.sh: built in $(( $(date +%s) - start )) s" >&2
 fi
+# Mark this set as used, and drop sets nobody has used for a week (each
+# change to the inputs leaves one of about 400 MB behind).
+touch "$dir/bin/.complete"
+find "$root" -mindepth 3 -maxdepth 3 -path "$root/kube-*/bin/.complete" -mtime +7 -printf '%h\n' 2>/dev/null |
+	while read -r stale; do rm -rf "$(dirname "$stale")" "$(dirname "$stale").lock"; done
 echo "$dir/bin"

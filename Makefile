@@ -16,16 +16,18 @@ DEV_STAMP := $(VENV)/.dev-stamp
 APT_CORE := python3 python3-venv python3-dev gcc make libcap-dev pkg-config util-linux procps ca-certificates
 # ...and for the whole test suite: libvirt + QEMU and the guest's parts for
 # the VM tests, podman/runc/debootstrap for the image tests, the benchmarks'
-# anchors (tini, dumb-init, catatonit, supervisord).
+# anchors (tini, dumb-init, catatonit, supervisord); iptables for kube-proxy
+# on the rollout tests' node (tests/node).
 APT_TEST := psmisc iproute2 curl \
 	libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils busybox-static cpio \
 	podman runc debootstrap \
-	tini dumb-init catatonit supervisor
+	tini dumb-init catatonit supervisor \
+	iptables
 
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 DEMO_PLUGINS := plugins/sleep plugins/exec plugins/http
 
-.PHONY: all setup dev test lint typecheck demo image bench clean
+.PHONY: all setup dev test lint typecheck demo image bench clean kube-bin cluster
 
 all: test
 
@@ -58,17 +60,31 @@ $(DEV_STAMP): $(TEST_APT_STAMP) pyproject.toml $(PLUGINS) requirements-dev.txt
 
 setup: $(DEV_STAMP)
 
+# The Kubernetes control plane the tests start (etcd, kube-apiserver,
+# kube-controller-manager, kube-proxy, kubectl and the controller-runtime
+# workload), built from the pinned Go module in tests/cluster/go.  The
+# binaries are cached outside the clone, keyed by version and a hash of the
+# inputs: the first build takes about 7 minutes on 2 cores, later runs (and
+# fresh clones on the same machine) reuse it in a second.
+kube-bin:
+	@tests/cluster/build.sh >/dev/null
+
+# A control plane for a developer, until Ctrl-C; prints the KUBECONFIG.
+cluster: $(DEV_STAMP) kube-bin
+	$(PY) -m tests.cluster
+
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check supervisor plugins tests examples benchmarks
 	$(VENV)/bin/mypy --strict supervisor
 	$(VENV)/bin/mypy --strict plugins/sleep/supervisor_sleep.py plugins/exec/supervisor_exec plugins/http/supervisor_http \
 		plugins/kubernetes/supervisor_kubernetes plugins/libvirt/supervisor_libvirt
+	$(VENV)/bin/mypy --strict --follow-imports=silent -p tests.node -p tests.cluster -m benchmarks.scenarios.rollout
 
 typecheck: lint
 
 # Lint and type errors fail the run, but only after the tests have run, so
 # one stray long line does not hide the state of the whole suite.
-test: $(DEV_STAMP)
+test: $(DEV_STAMP) kube-bin
 	@status=0; \
 	$(VENV)/bin/pytest -n 2 --dist loadgroup -p no:cacheprovider tests $(wildcard plugins/*/tests) $(wildcard examples/plugins/*/tests) || status=$$?; \
 	$(MAKE) --no-print-directory lint || status=1; \
@@ -80,7 +96,7 @@ demo: $(DEMO_STAMP)
 image: $(TEST_APT_STAMP)
 	@tools/build-image.sh
 
-bench: $(DEV_STAMP)
+bench: $(DEV_STAMP) kube-bin
 	$(PY) -m benchmarks
 
 clean:

@@ -13,6 +13,7 @@ from .._results import Row
 from .core import escalation, exit_latency, memory, orphan_storm, signal_forwarding, startup
 from .hooks import hook_concurrency
 from .kube import endpoint_drain, lease_handover, memory_with_kubernetes
+from .rollout import rolling_update
 from .vms import enforcer_lag, vm_shutdown
 
 __all__ = ["SCENARIOS", "Scenario"]
@@ -32,4 +33,5 @@ SCENARIOS: dict[str, Scenario] = {
     "lease": lease_handover,
     "vms": vm_shutdown,
     "vm-enforcer": enforcer_lag,
+    "rollout": rolling_update,
 }

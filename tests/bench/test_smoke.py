@@ -33,6 +33,7 @@ SCENARIOS = {
     "lease hand-over",
     "VM shutdown",
     "VM enforcer",
+    "rolling update",
 }
 
 

@@ -1,59 +1,45 @@
-"""Fixtures: a namespace on the test API server, or on a real cluster.
+"""Fixtures: a namespace on the real control plane (tests/cluster), reached
+as a pod reaches it.
 
-Without ``KUBECONFIG`` every test talks to ``tests.kubeapi.KubeAPIServer``
-over HTTPS, configured in-cluster style (a service-account directory and
-KUBERNETES_SERVICE_HOST/PORT).  With ``KUBECONFIG`` set the same tests run
-against that cluster in a throw-away namespace; tests that need fault
-injection (``fake`` fixture) are skipped there.
+The plugin authenticates with a ServiceAccount token from the TokenRequest
+API in a directory laid out as in a pod (``service_account_dir``) and finds
+the server through KUBERNETES_SERVICE_HOST/PORT.  A test that asks for
+``proxy`` gets the same, but through the fault-injecting proxy.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.kubeapi import Cluster, KubeAPIServer, client_from
+from tests.cluster import ControlPlane, FaultProxy, Namespace
+from tests.cluster.fixtures import control_plane, namespace
 from tests.kubernetes.k8s_helpers import KubeTarget
 
+__all__ = ["control_plane", "kube", "namespace", "proxy"]
+
 
 @pytest.fixture
-def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeTarget]:
-    namespace = f"pid1-test-{uuid.uuid4().hex[:8]}"
-    kubeconfig = os.environ.get("KUBECONFIG")
-    if kubeconfig:
-        cluster = Cluster(client_from(kubeconfig=kubeconfig), namespace, real=True)
-        cluster.create_namespace()
-        target = KubeTarget(cluster, None, f"kubeconfig: {kubeconfig}", kubeconfig=kubeconfig)
-        try:
-            yield target
-        finally:
-            cluster.cleanup()
-        return
-    server = KubeAPIServer(namespace=namespace).start()
+def kube(
+    control_plane: ControlPlane, namespace: Namespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> KubeTarget:
+    account = namespace.service_account_dir(tmp_path / "serviceaccount")
+    target = KubeTarget(namespace, control_plane, account)
+    for key, value in target.env.items():
+        monkeypatch.setenv(key, value)
+    return target
+
+
+@pytest.fixture
+def proxy(kube: KubeTarget, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+    """The fault proxy; from now on the plugin (and ``kube.env``) go through it."""
+    faults = FaultProxy(kube.plane).start()
+    kube.proxy = faults
+    for key, value in kube.env.items():
+        monkeypatch.setenv(key, value)
     try:
-        account = server.write_service_account(tmp_path / "serviceaccount")
-        for key, value in server.incluster_env().items():
-            monkeypatch.setenv(key, value)
-        cluster = Cluster(client_from(service_account_dir=str(account)), namespace)
-        yield KubeTarget(
-            cluster,
-            server,
-            f"service_account_dir: {account}",
-            env=server.incluster_env(),
-            service_account_dir=str(account),
-        )
-        cluster.cleanup()
+        yield faults
     finally:
-        server.close()
-
-
-@pytest.fixture
-def fake(kube: KubeTarget) -> KubeAPIServer:
-    """The test API server itself, for fault injection; skips on a real cluster."""
-    if kube.fake is None:
-        pytest.skip("fault injection needs the test API server (KUBECONFIG is set)")
-    return kube.fake
+        faults.stop()

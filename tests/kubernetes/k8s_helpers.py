@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import textwrap
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from supervisor_kubernetes import KubernetesPlugin
 
 from supervisor import Context, Deadline, ExitStatus
-from tests.kubeapi import Cluster, KubeAPIServer
+from tests.cluster import ControlPlane, FaultProxy, Namespace
 from tests.plugins._helpers import FakeProcess, configure, make_context
 
 __all__ = ["Harness", "KubeTarget", "harness"]
@@ -19,24 +19,37 @@ __all__ = ["Harness", "KubeTarget", "harness"]
 
 @dataclass
 class KubeTarget:
-    """Where the tests run and how a plugin or a process reaches it."""
+    """The test's namespace on the control plane, and how the plugin (or a
+    process under the supervisor) reaches it: in-cluster style, through the
+    fault proxy once a test asked for one."""
 
-    cluster: Cluster
-    fake: KubeAPIServer | None
-    plugin_yaml: str  # connection settings for the plugin's YAML section
-    env: dict[str, str] = field(default_factory=dict)  # for processes (in-cluster env)
-    service_account_dir: str | None = None
-    kubeconfig: str | None = None
+    cluster: Namespace
+    plane: ControlPlane
+    service_account_dir: Path
+    proxy: FaultProxy | None = None
 
     @property
     def namespace(self) -> str:
-        return self.cluster.namespace
+        return self.cluster.name
+
+    @property
+    def plugin_yaml(self) -> str:
+        return f"service_account_dir: {self.service_account_dir}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        port = self.proxy.port if self.proxy is not None else self.plane.port
+        return {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(port)}
 
 
 @dataclass
 class Harness:
     plugin: KubernetesPlugin
     ctx: Context
+
+    async def background(self) -> None:
+        """The start-up hook (connect, learn the pod, check the settings)."""
+        await self.plugin.supervisor_background(ctx=self.ctx)
 
     async def shutdown_started(self, deadline: Deadline, reason: str = "SIGTERM") -> None:
         with deadline.scope():

@@ -1,5 +1,6 @@
-"""The endpoint drain and the pod deadline, hook by hook, against a real
-HTTPS API server (the test server, or a cluster when KUBECONFIG is set)."""
+"""The endpoint drain and the pod deadline, hook by hook, against the real
+control plane: the EndpointSlice controller publishes the pods' endpoints
+and flips them when a pod is deleted; faults come from the proxy."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import logging
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
 from supervisor import Deadline
-from tests.kubeapi import Endpoint, KubeAPIServer, other_endpoints, pod_endpoints
-from tests.kubernetes.k8s_helpers import KubeTarget, harness
+from tests.cluster import FaultProxy, Rule
+from tests.kubernetes.k8s_helpers import Harness, KubeTarget, harness
 from tests.plugins._helpers import LogRecords
+
+IP = "10.244.0.7"
 
 
 def _step(ctx: object, name: str) -> object:
@@ -21,37 +25,126 @@ def _step(ctx: object, name: str) -> object:
     return steps[-1]
 
 
-async def test_drain_ends_after_the_flip_and_the_propagation_delay(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", grace=30, ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7"), *other_endpoints(3)])
-    cluster.create_service("admin", [pod_endpoints(pod, "10.0.0.7")])
-    cluster.create_service("unrelated", other_endpoints(2, base=(10, 2)))
+def _web(kube: KubeTarget, *, others: int = 0, grace: int = 30) -> dict[str, object]:
+    """Pod web-0 (and ``others`` more pods) behind Service web, published."""
+    ns = kube.cluster
+    pod = ns.run_pod("web-0", ips=[IP], labels={"app": "web"}, grace=grace)
+    pods = [pod] + [ns.run_pod(f"web-{i}", ips=[f"10.244.1.{i}"], labels={"app": "web"}) for i in range(1, others + 1)]
+    ns.create_service("web", {"app": "web"})
+    ns.wait_endpoints("web", pods)
+    return pod
+
+
+async def test_drain_ends_after_the_controller_flips_and_the_propagation_delay(
+    kube: KubeTarget, tmp_path: Path
+) -> None:
+    ns = kube.cluster
+    pod = ns.run_pod("web-0", ips=[IP], labels={"app": "web", "admin": "yes"})
+    others = [ns.run_pod(f"web-{i}", ips=[f"10.244.1.{i}"], labels={"app": "web"}) for i in (1, 2, 3)]
+    unrelated = [ns.run_pod(f"batch-{i}", ips=[f"10.244.2.{i}"], labels={"app": "batch"}) for i in (1, 2)]
+    ns.create_service("web", {"app": "web"})
+    ns.create_service("admin", {"admin": "yes"})
+    ns.create_service("unrelated", {"app": "batch"})
+    ns.wait_endpoints("web", [pod, *others])
+    ns.wait_endpoints("admin", [pod])
+    ns.wait_endpoints("unrelated", unrelated)
     h = harness(
         kube,
         tmp_path,
         "web-0",
-        """
-        endpoint_drain: {propagation_delay: 0.5s, fallback_delay: 20s, progress_interval: 0.2s}
-        """,
+        "endpoint_drain: {propagation_delay: 0.5s, fallback_delay: 20s, progress_interval: 0.2s}",
     )
-    deletion = cluster.delete_pod_and_flip("web-0", flip_after=1.0)
+    # The controller lags 1 s behind the deletion, so the plugin sees the
+    # endpoints route first and the flip later, through its watch.
+    watch = ns.watch_slices(pod)
+    kube.plane.pause_controllers(1.0)
+    ns.delete_pod("web-0")
     deadline = Deadline(30)
     with LogRecords.capture("kubernetes") as logs:
         await h.shutdown_started(deadline)
         ended = await h.pre_stop(deadline)
-    flipped = deletion.wait_flipped()
-    assert ended >= flipped + 0.5, "the drain ended before the endpoints flipped + propagation_delay"
+    flipped = watch.wait_flipped()
+    # Both watchers see the controller's write within milliseconds of each other.
+    assert ended >= flipped + 0.5 - 0.1, "the drain ended before the endpoints flipped + propagation_delay"
     assert ended < flipped + 0.5 + 5, "the drain went on long after the flip"
     assert any("2 of 2 slices still route to this pod" in m for m in logs.messages), logs.messages
     assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
     assert _step(h.ctx, "propagation delay").outcome == "ok"  # type: ignore[attr-defined]
+    # What the controller wrote: still serving, terminating, not ready.
+    (endpoint,) = ns.pod_endpoints(pod["metadata"]["uid"], "web")  # type: ignore[index]
+    assert endpoint["conditions"] == {"ready": False, "serving": True, "terminating": True}
+
+
+async def test_services_setting_limits_the_drain_to_the_named_ones(kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    pod = ns.run_pod("web-0", ips=[IP], labels={"app": "web", "admin": "yes"})
+    ns.create_service("web", {"app": "web"})
+    # A slice this pod is in that the plugin is told to ignore: it is never
+    # flipped (a Service without selector, endpoints mirrored from an
+    # Endpoints object maintained by hand), so following it would time out.
+    _mirrored_service(kube, "legacy")
+    ns.wait_endpoints("web", [pod])
+    h = harness(
+        kube, tmp_path, "web-0", "endpoint_drain: {services: [web], propagation_delay: 0s, fallback_delay: 20s}"
+    )
+    logs = await _delete_and_drain(kube, h)
+    assert any("1 of 1 slices still route" in m for m in logs.messages), logs.messages
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
+async def _delete_and_drain(kube: KubeTarget, h: Harness, *, lag: float = 0.5, pod: str = "web-0") -> LogRecords:
+    """Delete the pod with the controller ``lag`` seconds behind (so the
+    plugin watches the flip happen), then run the shutdown hooks."""
+    if lag:
+        kube.plane.pause_controllers(lag)
+    kube.cluster.delete_pod(pod)
+    deadline = Deadline(30)
+    with LogRecords.capture("kubernetes") as logs:
+        await h.shutdown_started(deadline)
+        with trio.fail_after(30):
+            await h.pre_stop(deadline)
+    return logs
+
+
+def _mirrored_service(kube: KubeTarget, name: str) -> None:
+    """A selector-less Service with a hand-made Endpoints object naming web-0's
+    IP; the EndpointSlice mirroring controller turns it into a slice."""
+    ns = kube.cluster
+    ns.core.create_namespaced_service(
+        ns.name, {"metadata": {"name": name}, "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}}
+    )
+    endpoints = {
+        "metadata": {"name": name},
+        "subsets": [{"addresses": [{"ip": IP}], "ports": [{"port": 80, "protocol": "TCP"}]}],
+    }
+    ns.core.create_namespaced_endpoints(ns.name, endpoints)
+    stop = time.monotonic() + 30
+    while not ns.list_slices(name):
+        assert time.monotonic() < stop, "the mirroring controller made no slice"
+        time.sleep(0.05)
+
+
+async def test_never_updated_mirrored_slice_can_be_left_out_by_manager(kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    _web(kube)
+    _mirrored_service(kube, "legacy")
+    h = harness(
+        kube,
+        tmp_path,
+        "web-0",
+        "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s, managed_by: [endpointslice-controller.k8s.io]}",
+    )
+    ns.delete_pod("web-0")
+    deadline = Deadline(30)
+    await h.shutdown_started(deadline)
+    started = time.monotonic()
+    await h.pre_stop(deadline)
+    assert time.monotonic() - started < 5
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
 
 
 async def test_no_deletion_timestamp_skips_the_drain(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
+    _web(kube)
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 20s, propagation_delay: 5s}")
     deadline = Deadline(30)
     started = time.monotonic()
@@ -64,12 +157,12 @@ async def test_no_deletion_timestamp_skips_the_drain(kube: KubeTarget, tmp_path:
     assert deadline.reasons == [], "the deadline moved although the pod is not being deleted"
 
 
-async def test_pod_not_in_any_slice_has_nothing_to_drain(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("batch-0", ip="10.0.0.9")
-    cluster.create_service("web", other_endpoints(5))
+async def test_pod_in_no_service_has_nothing_to_drain(kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    ns.run_pod("batch-0", ips=["10.244.0.9"], labels={"app": "batch"})
+    _web(kube, others=0)
     h = harness(kube, tmp_path, "batch-0", "endpoint_drain: {propagation_delay: 10s, fallback_delay: 20s}")
-    cluster.delete_pod("batch-0")
+    ns.delete_pod("batch-0")
     deadline = Deadline(30)
     started = time.monotonic()
     with LogRecords.capture("kubernetes") as logs:
@@ -79,11 +172,24 @@ async def test_pod_not_in_any_slice_has_nothing_to_drain(kube: KubeTarget, tmp_p
     assert any("in no EndpointSlice: nothing to drain" in m for m in logs.messages), logs.messages
 
 
+async def test_dual_stack_pod_drains_from_both_families(kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    pod = ns.run_pod("web-0", ips=[IP, "fd00:10:244::7"], labels={"app": "web"})
+    ns.create_service("web", {"app": "web"}, dual_stack=True)
+    ns.wait_endpoints("web", [pod], slices=2)
+    families = sorted(s["addressType"] for s in ns.list_slices("web"))
+    assert families == ["IPv4", "IPv6"]
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
+    logs = await _delete_and_drain(kube, h)
+    assert any("2 of 2 slices still route to this pod" in m for m in logs.messages), logs.messages
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
 async def test_deadline_follows_the_pods_deletion_grace(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("web-0", grace=30)
+    ns = kube.cluster
+    ns.run_pod("web-0", grace=30)
     h = harness(kube, tmp_path, "web-0", "deadline_margin: 1s")
-    cluster.delete_pod("web-0", grace=6)  # kubectl delete --grace-period=6
+    ns.delete_pod("web-0", grace=6)  # kubectl delete --grace-period=6
     deadline = Deadline(30)
     await h.shutdown_started(deadline)
     assert deadline.reasons == ["pod deletion deadline"]
@@ -92,10 +198,10 @@ async def test_deadline_follows_the_pods_deletion_grace(kube: KubeTarget, tmp_pa
 
 
 async def test_a_longer_pod_grace_does_not_extend_the_deadline(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("web-0", grace=120)
+    ns = kube.cluster
+    ns.run_pod("web-0", grace=120)
     h = harness(kube, tmp_path, "web-0", "")
-    cluster.delete_pod("web-0")
+    ns.delete_pod("web-0")
     deadline = Deadline(10)
     await h.shutdown_started(deadline)
     assert deadline.reasons == []
@@ -103,105 +209,141 @@ async def test_a_longer_pod_grace_does_not_extend_the_deadline(kube: KubeTarget,
 
 
 async def test_drain_is_cut_short_by_the_deadline(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", grace=4, ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
+    ns = kube.cluster
+    ns.run_pod("web-0", ips=[IP], labels={"app": "web"}, grace=6)
+    _mirrored_service(kube, "legacy")  # never flipped
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
-    cluster.delete_pod("web-0")  # the endpoints never flip
+    ns.delete_pod("web-0")
     deadline = Deadline(30)
     started = time.monotonic()
     with LogRecords.capture("kubernetes") as logs:
         await h.shutdown_started(deadline)
         await h.pre_stop(deadline)
     took = time.monotonic() - started
-    assert took < 4.5, f"the drain outlived the pod's grace period ({took:.1f}s)"
+    assert took < 6.5, f"the drain outlived the pod's grace period ({took:.1f}s)"
     assert any("endpoint drain timed out" in m for m in logs.at(logging.WARNING)), logs.messages
     assert _step(h.ctx, "endpoint drain").outcome == "timeout"  # type: ignore[attr-defined]
 
 
-async def test_watch_expiring_mid_drain_relists(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
+def _plugin_lists(proxy: FaultProxy) -> list[object]:
+    return [r for r in proxy.requests_matching("GET", "/endpointslices$") if r.query.get("watch") not in ("true", "1")]
+
+
+def _plugin_watches(proxy: FaultProxy) -> list[object]:
+    return [r for r in proxy.requests_matching("GET", "/endpointslices$") if r.query.get("watch") in ("true", "1")]
+
+
+async def test_watch_expired_mid_drain_relists(proxy: FaultProxy, kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    _web(kube)
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
-    cluster.delete_pod("web-0")
+    # The first watch is answered as the server answers a resourceVersion
+    # that is too old; the flip happens while the plugin has no watch, so
+    # only the relist sees it.
+    proxy.add(Rule("/endpointslices$", watch=True, gone=True, delay=1.5, times=1))
+    kube.plane.pause_controllers(0.5)
+    ns.delete_pod("web-0")
     deadline = Deadline(30)
-
-    def watching() -> bool:
-        return any(r.query.get("watch") == "true" for r in fake.requests if "endpointslices" in r.path) or any(
-            True for w in fake.store._watchers if w.resource.plural == "endpointslices"
-        )
-
-    async def expire_then_flip() -> None:
-        while not watching():
-            await trio.sleep(0.02)
-        await trio.sleep(0.2)
-        assert fake.store.expire_watches() >= 1
-        # The change happens while the plugin has no watch: only a relist sees it.
-        cluster.set_pod_endpoints(pod["metadata"]["uid"], terminating=True)
-
     with LogRecords.capture("kubernetes") as logs:
         await h.shutdown_started(deadline)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(expire_then_flip)
-            with trio.fail_after(10):
-                await h.pre_stop(deadline)
-    assert len(_plugin_lists(fake)) >= 2, "no relist after 410 Gone"
+        with trio.fail_after(15):
+            await h.pre_stop(deadline)
+    assert len(_plugin_lists(proxy)) >= 2, "no relist after 410 Gone"
     assert any("410" in m for m in logs.messages), logs.messages
     assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
 
 
-async def test_watch_resumes_after_server_side_timeout(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
-    fake.options.bookmark_interval = 0.2
+async def test_watch_resumes_after_server_side_timeout(proxy: FaultProxy, kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    pod = _web(kube)
     h = harness(
-        kube,
-        tmp_path,
-        "web-0",
-        "endpoint_drain: {propagation_delay: 0s, watch_timeout: 1s, fallback_delay: 20s}",
+        kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, watch_timeout: 1s, fallback_delay: 20s}"
     )
-    deletion = cluster.delete_pod_and_flip("web-0", flip_after=2.5)
+    watch = ns.watch_slices(pod)
+    kube.plane.pause_controllers(2.5)
+    ns.delete_pod("web-0")
     deadline = Deadline(30)
     await h.shutdown_started(deadline)
     ended = await h.pre_stop(deadline)
-    assert ended >= deletion.wait_flipped()
-    watches = [r for r in fake.requests_matching("GET", "/endpointslices$") if r.query.get("watch") == "true"]
+    assert ended >= watch.wait_flipped() - 0.1
+    watches = _plugin_watches(proxy)
     assert len(watches) >= 2, "the watch was not resumed after the server closed it"
     # Resumed from a version (a bookmark's or an event's), never from scratch.
-    assert all(r.query.get("resourceVersion") for r in watches)
-    assert all(r.query.get("allowWatchBookmarks") == "true" for r in watches)
-    assert len(_plugin_lists(fake)) == 1, "a server-side timeout must not cost a relist"
+    assert all(r.query.get("resourceVersion") for r in watches)  # type: ignore[attr-defined]
+    assert all(r.query.get("allowWatchBookmarks") == "true" for r in watches)  # type: ignore[attr-defined]
+    assert len(_plugin_lists(proxy)) == 1, "a server-side timeout must not cost a relist"
 
 
-async def test_api_down_falls_back_to_the_fixed_delay(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
+@pytest.mark.parametrize("abruptly", [False, True], ids=["ended", "dropped"])
+async def test_watch_ended_or_dropped_mid_drain_is_resumed(
+    proxy: FaultProxy, kube: KubeTarget, tmp_path: Path, abruptly: bool
+) -> None:
+    ns = kube.cluster
+    pod = _web(kube)
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
+    watch = ns.watch_slices(pod)
+    kube.plane.pause_controllers(2)
+    ns.delete_pod("web-0")
+    deadline = Deadline(30)
+
+    async def end_the_first_watch() -> None:
+        while proxy.open_watches == 0:
+            await trio.sleep(0.02)
+        assert proxy.end_watches(abruptly=abruptly) == 1
+
+    await h.shutdown_started(deadline)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(end_the_first_watch)
+        with trio.fail_after(15):
+            ended = await h.pre_stop(deadline)
+    assert ended >= watch.wait_flipped() - 0.1
+    watches = _plugin_watches(proxy)
+    assert len(watches) >= 2, "the watch was not resumed"
+    assert all(r.query.get("resourceVersion") for r in watches)  # type: ignore[attr-defined]
+    assert len(_plugin_lists(proxy)) == 1, "an ended watch must not cost a relist"
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
+async def test_api_down_falls_back_to_the_fixed_delay(proxy: FaultProxy, kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    _web(kube)
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 1.5s}\nrequest_timeout: 1s")
-    cluster.delete_pod("web-0")
+    ns.delete_pod("web-0")
     deadline = Deadline(30)
     with LogRecords.capture("kubernetes") as logs:
-        fake.stop()
+        proxy.stop()  # connection refused
         started = time.monotonic()
         await h.shutdown_started(deadline)
         await h.pre_stop(deadline)
         took = time.monotonic() - started
-        fake.start()
     assert 1.4 <= took < 4, took
     warnings = logs.at(logging.WARNING)
     assert any("falls back to a fixed 1.5 s wait" in m and "unreachable" in m for m in warnings), warnings
     assert _step(h.ctx, "fallback delay").outcome == "ok"  # type: ignore[attr-defined]
 
 
-async def test_forbidden_falls_back_and_says_why(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
+async def test_closed_connection_falls_back(proxy: FaultProxy, kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    _web(kube)
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 1s}\nrequest_timeout: 2s")
+    ns.delete_pod("web-0")
+    proxy.add(Rule("/endpointslices$", close=True))
+    deadline = Deadline(30)
+    with LogRecords.capture("kubernetes") as logs:
+        await h.shutdown_started(deadline)
+        await h.pre_stop(deadline)
+    assert any("falls back to a fixed 1.0 s wait" in m for m in logs.at(logging.WARNING)), logs.messages
+
+
+@pytest.mark.parametrize("status", [403, 500])
+async def test_error_on_the_list_falls_back_and_says_why(
+    proxy: FaultProxy, kube: KubeTarget, tmp_path: Path, status: int
+) -> None:
+    ns = kube.cluster
+    _web(kube)
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 1s}")
-    cluster.delete_pod("web-0")
-    fake.fail("/endpointslices$", 403)  # RBAC lacks list endpointslices
+    ns.delete_pod("web-0")
+    proxy.fail("/endpointslices$", status, watch=False)
     deadline = Deadline(30)
     started = time.monotonic()
     with LogRecords.capture("kubernetes") as logs:
@@ -209,16 +351,16 @@ async def test_forbidden_falls_back_and_says_why(fake: KubeAPIServer, kube: Kube
         await h.pre_stop(deadline)
     took = time.monotonic() - started
     assert 0.9 <= took < 3, took
-    assert any("HTTP 403" in m for m in logs.at(logging.WARNING)), logs.messages
+    assert any(f"HTTP {status}" in m for m in logs.at(logging.WARNING)), logs.messages
 
 
-async def test_error_mid_watch_falls_back(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
+async def test_error_mid_watch_falls_back(proxy: FaultProxy, kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    _web(kube)
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 2s, watch_timeout: 1s}")
-    cluster.delete_pod("web-0")
-    fake.fail("/endpointslices$", 500, watch=True)
+    kube.plane.pause_controllers(5)
+    ns.delete_pod("web-0")
+    proxy.fail("/endpointslices$", 500, watch=True)
     deadline = Deadline(30)
     started = time.monotonic()
     with LogRecords.capture("kubernetes") as logs:
@@ -229,11 +371,10 @@ async def test_error_mid_watch_falls_back(fake: KubeAPIServer, kube: KubeTarget,
     assert any("HTTP 500" in m for m in logs.at(logging.WARNING)), logs.messages
 
 
-async def test_slow_api_never_outlives_the_deadline(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("web-0", ip="10.0.0.7")
+async def test_slow_api_never_outlives_the_deadline(proxy: FaultProxy, kube: KubeTarget, tmp_path: Path) -> None:
+    kube.cluster.run_pod("web-0", ips=[IP])
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 20s}\nrequest_timeout: 30s")
-    fake.slow("/pods/web-0$", 20)
+    proxy.slow("/pods/web-0$", 20)
     deadline = Deadline(2)
     started = time.monotonic()
     await h.shutdown_started(deadline)
@@ -243,77 +384,95 @@ async def test_slow_api_never_outlives_the_deadline(fake: KubeAPIServer, kube: K
     assert _step(h.ctx, "read pod").outcome == "error"  # type: ignore[attr-defined]
 
 
-async def test_20_services_and_5000_endpoints_drain_promptly_after_the_flip(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", ip="10.0.0.7")
-    others = other_endpoints(5000 - 20)
-    per_service = len(others) // 20
-    for index in range(20):
-        mine = [pod_endpoints(pod, "10.0.0.7")]
-        cluster.create_service(f"svc-{index:02d}", mine + others[index * per_service : (index + 1) * per_service])
-    assert sum(len(s.get("endpoints") or []) for s in cluster.list_slices()) == 5000
+async def test_many_slices_are_paged(
+    proxy: FaultProxy, kube: KubeTarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plugin pages its list (limit/continue as the server hands them
+    out); many other slices in the namespace do not slow the drain down."""
+    import supervisor_kubernetes._api as api
+
+    ns = kube.cluster
+    pod = _web(kube)
+    # Slices of a manager of the user's own, for other Services: the
+    # plugin reads them all and finds this pod in none of them.
+    for index in range(120):
+        ns.discovery.create_namespaced_endpoint_slice(
+            ns.name,
+            {
+                "metadata": {
+                    "name": f"custom-{index:03d}",
+                    "labels": {
+                        "kubernetes.io/service-name": f"custom-{index:03d}",
+                        "endpointslice.kubernetes.io/managed-by": "custom.example.com",
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [f"10.245.{index}.{i}"]} for i in range(1, 21)],
+            },
+            _preload_content=False,
+        ).release_conn()
+    monkeypatch.setattr(api, "PAGE_SIZE", 50)
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 30s}")
-    deletion = cluster.delete_pod_and_flip("web-0", flip_after=1.0)
+    watch = ns.watch_slices(pod)
+    kube.plane.pause_controllers(1.0)
+    ns.delete_pod("web-0")
     deadline = Deadline(30)
     await h.shutdown_started(deadline)
     ended = await h.pre_stop(deadline)
-    lag = ended - deletion.wait_flipped()
-    # The issue's target is 100 ms; a loaded CI machine gets a generous bound.
-    assert 0 <= lag < 2.0, f"drain ended {lag:.3f}s after the last flip"
-
-
-def _plugin_lists(fake: KubeAPIServer) -> list[object]:
-    """The plugin's LISTs of slices (it pages with limit=; the scenario's own reads do not)."""
-    return [
-        r
-        for r in fake.requests_matching("GET", "/endpointslices$")
-        if r.query.get("watch") != "true" and "limit" in r.query
-    ]
-
-
-async def test_never_updated_mirrored_slice_can_be_left_out(kube: KubeTarget, tmp_path: Path) -> None:
-    """A slice mirrored from a hand-made Endpoints object (no targetRef, matched
-    by IP) is never flipped by the deletion; managed_by leaves it out."""
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
-    cluster.create_service("legacy", [Endpoint("10.0.0.7")], managed_by="endpointslicemirroring-controller.k8s.io")
-    h = harness(
-        kube,
-        tmp_path,
-        "web-0",
-        "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s, managed_by: [pid1-supervisor-tests]}",
-    )
-    deletion = cluster.delete_pod_and_flip("web-0", flip_after=0.5)
-    deadline = Deadline(30)
-    with LogRecords.capture("kubernetes") as logs:
-        await h.shutdown_started(deadline)
-        ended = await h.pre_stop(deadline)
-    assert deletion.wait_flipped() <= ended < deletion.wait_flipped() + 5
-    assert any("1 of 1 slices still route" in m for m in logs.messages), logs.messages
+    lag = ended - watch.wait_flipped()
+    assert lag < 2.0, f"drain ended {lag:.3f}s after the flip"
+    pages = _plugin_lists(proxy)
+    assert len(pages) == 3, [r.query for r in pages]  # type: ignore[attr-defined]
+    assert [bool(r.query.get("continue")) for r in pages] == [False, True, True]  # type: ignore[attr-defined]
     assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
 
 
-async def test_pod_matched_by_ip_when_slices_have_no_target_ref(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", ip="10.0.0.7")
-    names = cluster.create_service("web", [Endpoint("10.0.0.7"), Endpoint("10.0.0.8")])
+async def test_publish_not_ready_addresses_counts_as_drained_and_says_why(kube: KubeTarget, tmp_path: Path) -> None:
+    """With publishNotReadyAddresses the controller keeps a terminating
+    endpoint ready, so kube-proxy routes to it until the pod is gone: no
+    wait can end that, the drain says so and does not wait for it."""
+    ns = kube.cluster
+    pod = ns.run_pod("web-0", ips=[IP], labels={"app": "web"})
+    ns.create_service("web", {"app": "web"}, publish_not_ready=True)
+    ns.wait_endpoints("web", [pod])
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
-    cluster.delete_pod("web-0")
-    deadline = Deadline(30)
-
-    async def remove_later() -> None:
-        await trio.sleep(0.5)
-        slice_obj = cluster.list_slices()[0]
-        assert slice_obj["metadata"]["name"] == names[0]
-        slice_obj["endpoints"] = [e for e in slice_obj["endpoints"] if e["addresses"] != ["10.0.0.7"]]
-        cluster.discovery.replace_namespaced_endpoint_slice(names[0], cluster.namespace, slice_obj)
-
-    started = time.monotonic()
-    async with trio.open_nursery() as nursery:
-        await h.shutdown_started(deadline)
-        nursery.start_soon(remove_later)
-        await h.pre_stop(deadline)
-    assert 0.4 < time.monotonic() - started < 5
-    assert pod["status"]["podIP"] == "10.0.0.7"
+    logs = await _delete_and_drain(kube, h)
+    (endpoint,) = ns.pod_endpoints(pod["metadata"]["uid"], "web")
+    assert endpoint["conditions"] == {"ready": True, "serving": True, "terminating": True}
+    warnings = logs.at(logging.WARNING)
+    assert any("Service web publishes not-ready addresses" in m for m in warnings), logs.messages
     assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("others", [0, 2])
+async def test_the_last_serving_endpoint_is_reported(kube: KubeTarget, tmp_path: Path, others: int) -> None:
+    """Terminating but serving, and no other endpoint ready: kube-proxy falls
+    back to it.  Reported only then, not when other pods are ready."""
+    _web(kube, others=others)
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
+    logs = await _delete_and_drain(kube, h)
+    last = [m for m in logs.at(logging.WARNING) if "last serving endpoint of Service web (IPv4)" in m]
+    assert bool(last) == (others == 0), logs.messages
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
+async def test_a_services_name_matching_no_service_is_a_warning_at_start_and_at_sigterm(
+    kube: KubeTarget, tmp_path: Path
+) -> None:
+    _web(kube)
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {services: [web, wbe], propagation_delay: 0s}")
+    with LogRecords.capture("kubernetes") as logs:
+        await h.background()
+    (warning,) = logs.at(logging.WARNING)
+    assert "endpoint_drain.services names 'wbe'" in warning, logs.messages
+    logs = await _delete_and_drain(kube, h)
+    assert any("endpoint_drain.services names 'wbe'" in m for m in logs.at(logging.WARNING)), logs.messages
+    assert not any("'web'" in m for m in logs.at(logging.WARNING)), logs.messages
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
+async def test_only_misnamed_services_is_a_warning_not_a_silent_nothing(kube: KubeTarget, tmp_path: Path) -> None:
+    _web(kube)
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {services: [wbe], propagation_delay: 0s}")
+    logs = await _delete_and_drain(kube, h, lag=0)
+    assert any("endpoint_drain.services names 'wbe'" in m for m in logs.at(logging.WARNING)), logs.messages

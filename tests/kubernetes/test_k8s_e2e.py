@@ -1,23 +1,23 @@
-"""The issue's scenario, end to end, with the supervisor as PID 1.
+"""The issue's scenario, end to end, with the supervisor as PID 1 and a real
+controller-runtime manager (leader election on, ReleaseOnCancel off) as its
+main process, on the real control plane.
 
-A fake controller holds a leader Lease and the pod is behind a Service; the
-pod is deleted; then the order must be: the drain ends only after the
-endpoint flipped and propagation_delay passed, then the controller gets
-SIGTERM and exits, then the Lease is released, and a standby acquires it
-within its retry period.
+The pod is behind a Service; it is deleted; then the order must be: the drain
+ends only after the EndpointSlice controller flipped the endpoint and
+propagation_delay passed, then the manager gets SIGTERM and exits, then the
+Lease is released, and the standby manager leads within its retry period.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.kubeapi import pod_endpoints
+from tests.cluster import Manager, manager_command, read_report
 from tests.kubernetes.k8s_helpers import KubeTarget
 from tests.pid1 import Supervisor
 
@@ -25,32 +25,29 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE = "controller-leader"
-RETRY = 0.5  # the standby's RetryPeriod
+RETRY = 0.5  # both managers' RetryPeriod
 PROPAGATION = 1.0
+IP = "10.244.0.7"
 
 
 def _config(kube: KubeTarget, tmp_path: Path, report: Path) -> Path:
-    connection = (
-        f"--kubeconfig={kube.kubeconfig}" if kube.kubeconfig else f"--service-account-dir={kube.service_account_dir}"
+    command = manager_command(
+        kube.plane,
+        kube.namespace,
+        lease=LEASE,
+        retry_period=RETRY,
+        kubeconfig=kube.plane.admin_kubeconfig,
+        report=report,
     )
     path = tmp_path / "cfg.yaml"
     path.write_text(
         f"""
 grace_period: 30s
-log: {{format: text, level: info}}
+log: {{format: text, level: debug}}
 processes:
   - name: controller
     main: true
-    command:
-      - {sys.executable}
-      - -m
-      - tests.kubeapi.controller
-      - --namespace={kube.namespace}
-      - --lease={LEASE}
-      - --identity=${{POD_NAME}}_4f2a9c
-      - --report={report}
-      - --retry-period=0.3
-      - {connection}
+    command: {command}
     stop_timeout: 10s
 plugins:
   kubernetes:
@@ -68,16 +65,8 @@ plugins:
     return path
 
 
-def _report(path: Path) -> dict[str, float]:
-    events: dict[str, float] = {}
-    for line in path.read_text().splitlines():
-        name, at, _pid = line.split()
-        events.setdefault(name, float(at))
-    return events
-
-
 def _supervise(kube: KubeTarget, tmp_path: Path, report: Path) -> Supervisor:
-    """The supervisor as PID 1, once its controller leads."""
+    """The supervisor as PID 1, once its manager leads and the plugin has read its pod."""
     env = {
         **kube.env,
         "POD_NAME": "ctrl-0",
@@ -85,102 +74,90 @@ def _supervise(kube: KubeTarget, tmp_path: Path, report: Path) -> Supervisor:
         "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     }
     sup = Supervisor(["-c", str(_config(kube, tmp_path, report))], env=env, cwd=REPO)
-    deadline = time.monotonic() + 30
-    while not (report.exists() and "leading" in report.read_text()):
+    deadline = time.monotonic() + 60
+    # A pod runs for a while before it is deleted: the plugin's background
+    # hook has loaded the client and read the pod long before.
+    while "leading" not in read_report(report) or "connected as pod" not in sup.output:
         if time.monotonic() > deadline or sup.proc.poll() is not None:
             sup.kill()
-            raise AssertionError(f"the controller never led\n{sup.output}")
+            raise AssertionError(f"the manager never led\n{sup.output}")
         time.sleep(0.05)
-    # A pod runs for a while before it is deleted: let the plugin's background
-    # hook load the client and read the pod, as it would have long before.
-    if kube.fake is not None:
-        while not kube.fake.requests_matching("GET", "/pods/ctrl-0$"):
-            if time.monotonic() > deadline:
-                sup.kill()
-                raise AssertionError(f"the plugin never read its pod\n{sup.output}")
-            time.sleep(0.05)
-    else:
-        time.sleep(3)
     return sup
 
 
-def test_pod_deletion_drains_then_stops_then_hands_over_the_lease(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("ctrl-0", grace=30, ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
-    report = tmp_path / "controller.txt"
-    with _supervise(kube, tmp_path, report) as sup:
-        standby = cluster.elector(LEASE, "ctrl-1_77e0b1", retry_period=RETRY).start()
-        time.sleep(1.0)
-        assert not standby.leading, "the standby took a held Lease"
+def _pod_behind_web(kube: KubeTarget) -> None:
+    ns = kube.cluster
+    pod = ns.run_pod("ctrl-0", ips=[IP], labels={"app": "web"}, grace=30)
+    ns.create_service("web", {"app": "web"})
+    ns.wait_endpoints("web", [pod])
 
-        deletion = cluster.delete_pod_and_flip("ctrl-0", flip_after=1.5)
+
+def test_pod_deletion_drains_then_stops_then_hands_over_the_lease(kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    _pod_behind_web(kube)
+    report = tmp_path / "controller.jsonl"
+    standby = Manager(kube.plane, ns.name, "ctrl-1", lease=LEASE, retry_period=RETRY, log=tmp_path / "standby.log")
+    with _supervise(kube, tmp_path, report) as sup:
+        standby.start()
+        ns.on_cleanup(standby.stop)
+        time.sleep(RETRY * 3)
+        assert not standby.leading, "the standby took a held Lease"
+        watch = ns.watch_slices(ns.kubelet.read_pod("ctrl-0"))
+        kube.plane.pause_controllers(1.5)  # the controller reacts 1.5 s late
+        ns.delete_pod("ctrl-0")
         sup.signal(signal.SIGTERM)  # the kubelet, at the same moment
         code = sup.wait(40)
-        flipped = deletion.wait_flipped()
-        standby_deadline = time.monotonic() + 5
-        while not standby.leading and time.monotonic() < standby_deadline:
-            time.sleep(0.02)
-
+        flipped_mono = watch.wait_flipped()
+        acquired = standby.wait_leading(10)
+    # Wall clock and monotonic clock: the flip as seen, in wall-clock terms.
+    flipped = time.time() - (time.monotonic() - flipped_mono)
     assert code == 0, sup.output
-    events = _report(report)
-    # 1. The controller was asked to stop only after the flip and the propagation delay.
-    assert events["sigterm"] >= flipped + PROPAGATION, (events, flipped, sup.output)
-    assert events["sigterm"] < flipped + PROPAGATION + 3, (events, flipped, sup.output)
-    # 2. It exited, then the Lease was released (written with holder "").
-    assert "exit" in events, events
-    if kube.fake is not None:
-        releases = [
-            r
-            for r in kube.fake.requests_matching("PUT", f"/leases/{LEASE}$")
-            if r.status == 200 and r.body["spec"].get("holderIdentity") == ""
-        ]
-        assert len(releases) == 1, sup.output
-        released_at = releases[0].at
-        assert released_at > events["exit"], (released_at, events)
-    else:
-        released_at = events["exit"]
-    # 3. The standby took over within its retry period (x1.2 jitter) plus slack.
-    assert standby.leading, f"the standby never acquired the Lease\n{sup.output}"
-    assert standby.acquired_at is not None
-    assert standby.acquired_at - released_at < RETRY * 1.2 + 0.5, (standby.acquired_at, released_at)
+    events = read_report(report)
+    # 1. The manager was asked to stop only after the flip and the propagation delay.
+    assert events["stopping"] >= flipped + PROPAGATION - 0.1, (events, flipped, sup.output)
+    assert events["stopping"] < flipped + PROPAGATION + 3, (events, flipped, sup.output)
+    # 2. It exited (without releasing: ReleaseOnCancel is off), then the plugin released.
+    assert "stopped" in events, events
     assert "released lease" in sup.output
-    reasons = {e["reason"] for e in cluster.list_events()}
+    # 3. The standby led within its jittered retry (up to 2.2 retry periods) plus slack, not after 15 s.
+    assert acquired - events["stopped"] < RETRY * 2.2 + 1.5, (acquired, events)
+    reasons = {e["reason"] for e in ns.list_events()}
     assert {"DrainStarted", "DrainFinished", "LeaseReleased"} <= reasons, reasons
 
 
 def test_sigterm_without_deletion_skips_the_drain(kube: KubeTarget, tmp_path: Path) -> None:
     """A liveness restart: the pod stays in its Service, so no drain wait."""
-    cluster = kube.cluster
-    pod = cluster.create_pod("ctrl-0", grace=30, ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
-    report = tmp_path / "controller.txt"
+    _pod_behind_web(kube)
+    report = tmp_path / "controller.jsonl"
     with _supervise(kube, tmp_path, report) as sup:
-        signalled = time.monotonic()
+        signalled = time.time()
         sup.signal(signal.SIGTERM)
         code = sup.wait(40)
     assert code == 0, sup.output
-    events = _report(report)
-    assert events["sigterm"] - signalled < 3, "the controller waited for a drain (fallback is 20 s)"
+    events = read_report(report)
+    assert events["stopping"] - signalled < 3, "the manager waited for a drain (fallback is 20 s)"
     assert "skipping the endpoint drain" in sup.output
-    assert cluster.read_lease(LEASE)["spec"]["holderIdentity"] == ""
+    assert kube.cluster.read_lease(LEASE)["spec"]["holderIdentity"] == ""
 
 
 def test_the_pods_deadline_is_honoured(kube: KubeTarget, tmp_path: Path) -> None:
     """kubectl delete --grace-period=4 while grace_period is 30s and the
-    endpoints never flip: everything must be over before the kubelet's SIGKILL."""
-    cluster = kube.cluster
-    pod = cluster.create_pod("ctrl-0", grace=30, ip="10.0.0.7")
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
-    report = tmp_path / "controller.txt"
+    controller never flips the endpoints (paused past the deadline):
+    everything must be over before the kubelet's SIGKILL."""
+    _pod_behind_web(kube)
+    report = tmp_path / "controller.jsonl"
     with _supervise(kube, tmp_path, report) as sup:
-        deleted = time.monotonic()
-        cluster.delete_pod("ctrl-0", grace=4)
-        sup.signal(signal.SIGTERM)
-        sup.wait(40)
-        finished = time.monotonic()
+        timer = kube.plane.pause_controllers(8)
+        try:
+            deleted = time.monotonic()
+            kube.cluster.delete_pod("ctrl-0", grace=4)
+            sup.signal(signal.SIGTERM)
+            sup.wait(40)
+            finished = time.monotonic()
+        finally:
+            timer.cancel()
+            kube.plane.resume_controllers()
     assert finished - deleted < 4.5, f"the supervisor outlived the pod's grace period\n{sup.output}"
     assert "deadline shortened" in sup.output
     assert "endpoint drain timed out" in sup.output, sup.output
-    events = _report(report)
-    assert "sigterm" in events, "the controller was never asked to stop"
+    assert "stopping" in read_report(report), "the manager was never asked to stop"

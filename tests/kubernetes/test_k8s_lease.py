@@ -1,72 +1,92 @@
-"""Lease release after the holding process has exited: only our own Lease,
-written as client-go's ReleaseOnCancel writes it, with 409 races handled."""
+"""Lease release after the holding process has exited, against the real API
+server and real client-go electors (the controller-runtime manager): only
+our own Lease, written as client-go's ReleaseOnCancel writes it, with 409
+races handled."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-import trio
+import pytest
 
 from supervisor import Deadline
-from tests.kubeapi import KubeAPIServer, micro_time
+from tests.cluster import FaultProxy, Manager
 from tests.kubernetes.k8s_helpers import KubeTarget, harness
 from tests.plugins._helpers import FakeProcess, LogRecords
 
 LEASE = "controller-leader"
+RETRY = 0.5  # the managers' RetryPeriod in these tests (controller-runtime's default is 2 s)
 
 
 def _lease_section(extra: str = "") -> str:
     return f"lease_release:\n  process: controller\n  leases: [{{name: {LEASE}}}]\n  retries: 3\n{extra}"
 
 
-async def test_released_like_client_go_and_the_standby_takes_over(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("ctrl-0")
-    leader = cluster.elector(LEASE, "ctrl-0_6f1c2a", retry_period=0.3).start()
-    leader.wait_until_leading()
-    standby = cluster.elector(LEASE, "ctrl-1_98ab01", retry_period=0.5).start()
-    await trio.sleep(1.0)
+@pytest.fixture
+def managers(kube: KubeTarget, tmp_path: Path) -> Iterator[list[Manager]]:
+    started: list[Manager] = []
+    yield started
+    for manager in started:
+        manager.stop()
+
+
+def _manager(kube: KubeTarget, managers: list[Manager], tmp_path: Path, pod: str) -> Manager:
+    manager = Manager(
+        kube.plane, kube.namespace, pod, lease=LEASE, retry_period=RETRY, log=tmp_path / f"{pod}.log"
+    ).start()
+    managers.append(manager)
+    return manager
+
+
+async def test_released_like_client_go_and_the_standby_takes_over(
+    kube: KubeTarget, tmp_path: Path, managers: list[Manager]
+) -> None:
+    ns = kube.cluster
+    ns.run_pod("ctrl-0")
+    leader = _manager(kube, managers, tmp_path, "ctrl-0")
+    leader.wait_leading()
+    standby = _manager(kube, managers, tmp_path, "ctrl-1")
+    time.sleep(RETRY * 3)
     assert not standby.leading, "the standby took a Lease that is held and valid"
-    leader.stop()  # the controller exits without ReleaseOnCancel
-    before = cluster.read_lease(LEASE)
+    leader.stop()  # the controller exits; ReleaseOnCancel is off, so the Lease stays held
+    before = ns.read_lease(LEASE)
+    assert before["spec"]["holderIdentity"] == leader.identity
     h = harness(kube, tmp_path, "ctrl-0", _lease_section())
     with LogRecords.capture("kubernetes") as logs:
         await h.after_stop(Deadline(10))
-    released_at = time.monotonic()
-    assert any("released lease" in m and "ctrl-0_6f1c2a" in m for m in logs.messages), logs.messages
-    spec = cluster.read_lease(LEASE)["spec"]
-    if spec["holderIdentity"] != "ctrl-1_98ab01":  # the standby has not taken it yet
-        assert spec["holderIdentity"] == ""
-        assert spec["leaseDurationSeconds"] == 1
-        assert spec["leaseTransitions"] == before["spec"]["leaseTransitions"]
-        assert spec["acquireTime"] == spec["renewTime"]
-    if kube.fake is not None:  # the write itself, whoever came next
-        (release,) = [
-            r.body["spec"]
-            for r in kube.fake.requests_matching("PUT", f"/leases/{LEASE}$")
-            if r.body["spec"].get("holderIdentity") == ""
-        ]
-        assert release["leaseDurationSeconds"] == 1
-        assert release["leaseTransitions"] == before["spec"]["leaseTransitions"]
-    # client-go retries every RetryPeriod with jitter 1.2: 0.6 s here, plus slack.
-    deadline = released_at + 0.5 * 1.2 + 1.0
-    while not standby.leading and time.monotonic() < deadline:
-        await trio.sleep(0.02)
-    assert standby.leading, "the standby did not acquire the released Lease within its retry period"
-    final = cluster.read_lease(LEASE)["spec"]
-    assert final["holderIdentity"] == "ctrl-1_98ab01"
+    released_at = time.time()
+    assert any("released lease" in m and leader.identity in m for m in logs.messages), logs.messages
+    # client-go retries every RetryPeriod plus up to 1.2 RetryPeriods of jitter; slack for a busy machine.
+    acquired = standby.wait_leading(RETRY * 2.2 + 2.0)
+    assert acquired - released_at < RETRY * 2.2 + 1.0, (acquired, released_at)
+    final = ns.read_lease(LEASE)["spec"]
+    assert final["holderIdentity"] == standby.identity
     assert final["leaseTransitions"] == before["spec"]["leaseTransitions"] + 1
 
 
+async def test_release_body_is_accepted_as_client_go_writes_it(kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    ns.run_pod("ctrl-0")
+    ns.create_lease(LEASE, "ctrl-0_6f1c2a")
+    before = ns.read_lease(LEASE)
+    h = harness(kube, tmp_path, "ctrl-0", _lease_section())
+    await h.after_stop(Deadline(10))
+    spec = ns.read_lease(LEASE)["spec"]
+    assert spec["holderIdentity"] == ""
+    assert spec["leaseDurationSeconds"] == 1
+    assert spec["leaseTransitions"] == before["spec"]["leaseTransitions"]
+    assert spec["acquireTime"] == spec["renewTime"]
+
+
 async def test_lease_held_by_someone_else_is_left_alone(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("ctrl-0")
-    cluster.create_lease(LEASE, "ctrl-7_aaaa")
-    cluster.create_lease("ctrl-0-lookalike", "ctrl-0x_bbbb")
-    before = cluster.read_lease(LEASE)
+    ns = kube.cluster
+    ns.run_pod("ctrl-0")
+    ns.create_lease(LEASE, "ctrl-7_aaaa")
+    ns.create_lease("ctrl-0-lookalike", "ctrl-0x_bbbb")
+    before = ns.read_lease(LEASE)
     h = harness(
         kube,
         tmp_path,
@@ -75,16 +95,16 @@ async def test_lease_held_by_someone_else_is_left_alone(kube: KubeTarget, tmp_pa
     )
     with LogRecords.capture("kubernetes") as logs:
         await h.after_stop(Deadline(10))
-    assert cluster.read_lease(LEASE)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
-    assert cluster.read_lease("ctrl-0-lookalike")["spec"]["holderIdentity"] == "ctrl-0x_bbbb"
+    assert ns.read_lease(LEASE)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert ns.read_lease("ctrl-0-lookalike")["spec"]["holderIdentity"] == "ctrl-0x_bbbb"
     assert any("held by ctrl-7_aaaa, not by this pod: left alone" in m for m in logs.messages), logs.messages
 
 
 async def test_exact_identity_setting(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("ctrl-0")
-    cluster.create_lease(LEASE, "ctrl-0_1234")
-    cluster.create_lease("other", "custom-identity")
+    ns = kube.cluster
+    ns.run_pod("ctrl-0")
+    ns.create_lease(LEASE, "ctrl-0_1234")
+    ns.create_lease("other", "custom-identity")
     h = harness(
         kube,
         tmp_path,
@@ -93,137 +113,136 @@ async def test_exact_identity_setting(kube: KubeTarget, tmp_path: Path) -> None:
         f"  leases: [{{name: {LEASE}}}, {{name: other}}]\n  identity: custom-identity\n",
     )
     await h.after_stop(Deadline(10))
-    assert cluster.read_lease(LEASE)["spec"]["holderIdentity"] == "ctrl-0_1234"
-    assert cluster.read_lease("other")["spec"]["holderIdentity"] == ""
+    assert ns.read_lease(LEASE)["spec"]["holderIdentity"] == "ctrl-0_1234"
+    assert ns.read_lease("other")["spec"]["holderIdentity"] == ""
 
 
 async def test_leases_found_by_label_selector(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("ctrl-0")
-    for name, holder, team in (
-        ("a", "ctrl-0_1", "x"),
-        ("b", "ctrl-0_1", "x"),
-        ("c", "ctrl-0_1", "y"),
-    ):
-        lease = cluster.create_lease(name, holder)
-        lease["metadata"]["labels"] = {"team": team}
-        cluster.coordination.replace_namespaced_lease(name, cluster.namespace, lease)
+    ns = kube.cluster
+    ns.run_pod("ctrl-0")
+    for name, team in (("a", "x"), ("b", "x"), ("c", "y")):
+        ns.create_lease(name, "ctrl-0_1", labels={"team": team})
     h = harness(kube, tmp_path, "ctrl-0", "lease_release: {process: controller, selector: 'team in (x)'}")
     await h.after_stop(Deadline(10))
-    assert cluster.read_lease("a")["spec"]["holderIdentity"] == ""
-    assert cluster.read_lease("b")["spec"]["holderIdentity"] == ""
-    assert cluster.read_lease("c")["spec"]["holderIdentity"] == "ctrl-0_1"
+    assert ns.read_lease("a")["spec"]["holderIdentity"] == ""
+    assert ns.read_lease("b")["spec"]["holderIdentity"] == ""
+    assert ns.read_lease("c")["spec"]["holderIdentity"] == "ctrl-0_1"
 
 
-async def test_a_409_race_is_read_again_and_decided_again(
-    fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path
+async def test_a_409_race_with_a_renewing_elector_is_read_again_and_decided_again(
+    proxy: FaultProxy, kube: KubeTarget, tmp_path: Path, managers: list[Manager]
 ) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("ctrl-0")
-    cluster.create_lease(LEASE, "ctrl-0_6f1c2a")
-    # The plugin's first PUT is held back while another write lands first
-    # (the controller's last renew, still in flight).
-    gate = fake.slow(f"/leases/{LEASE}$", 0.5, method="PUT", times=1)
-
-    def renew_meanwhile() -> None:
-        while gate.fired == 0:
-            time.sleep(0.005)
-        lease = cluster.read_lease(LEASE)
-        lease["spec"]["renewTime"] = micro_time()
-        cluster.coordination.replace_namespaced_lease(LEASE, cluster.namespace, lease)
-
-    racer = threading.Thread(target=renew_meanwhile)
-    racer.start()
+    """The controller's last renew lands while the plugin's release is in
+    flight: the real server answers 409, the plugin reads again and releases."""
+    ns = kube.cluster
+    ns.run_pod("ctrl-0")
+    leader = _manager(kube, managers, tmp_path, "ctrl-0")
+    leader.wait_leading()
+    # Held back long enough for the live elector to renew (every RETRY s).
+    proxy.slow(f"/leases/{LEASE}$", RETRY * 3, method="PUT", times=1)
     h = harness(kube, tmp_path, "ctrl-0", _lease_section())
     with LogRecords.capture("kubernetes") as logs:
         await h.after_stop(Deadline(10))
-    racer.join(5)
-    statuses = [r.status for r in fake.requests_matching("PUT", f"/leases/{LEASE}$")]
-    assert 409 in statuses, statuses
-    assert statuses[-1] == 200
-    assert cluster.read_lease(LEASE)["spec"]["holderIdentity"] == ""
+    statuses = [r.status for r in proxy.requests_matching("PUT", f"/leases/{LEASE}$")]
+    assert statuses[0] == 409, statuses
+    assert statuses[-1] == 200, statuses
     assert any("409 Conflict" in m for m in logs.messages), logs.messages
+    assert any("released lease" in m for m in logs.messages), logs.messages
 
 
 async def test_a_409_race_lost_to_a_new_holder_leaves_it_alone(
-    fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path
+    proxy: FaultProxy, kube: KubeTarget, tmp_path: Path, managers: list[Manager]
 ) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("ctrl-0")
-    cluster.create_lease(LEASE, "ctrl-0_6f1c2a")
-    gate = fake.slow(f"/leases/{LEASE}$", 0.5, method="PUT", times=1)
-
-    def standby_takes_it() -> None:
-        while gate.fired == 0:
-            time.sleep(0.005)
-        lease = cluster.read_lease(LEASE)
-        lease["spec"]["holderIdentity"] = "ctrl-1_98ab01"
-        cluster.coordination.replace_namespaced_lease(LEASE, cluster.namespace, lease)
-
-    racer = threading.Thread(target=standby_takes_it)
-    racer.start()
+    """Our Lease expires while the release is in flight and a standby's
+    elector takes it: the re-read shows the new holder, left alone."""
+    ns = kube.cluster
+    ns.run_pod("ctrl-0")
+    ns.create_lease(LEASE, "ctrl-0_6f1c2a", duration=2)
+    proxy.slow(f"/leases/{LEASE}$", 4, method="PUT", times=1)
+    standby = _manager(kube, managers, tmp_path, "ctrl-1")
     h = harness(kube, tmp_path, "ctrl-0", _lease_section())
-    await h.after_stop(Deadline(10))
-    racer.join(5)
-    assert cluster.read_lease(LEASE)["spec"]["holderIdentity"] == "ctrl-1_98ab01"
+    with LogRecords.capture("kubernetes") as logs:
+        await h.after_stop(Deadline(15))
+    assert standby.leading
+    assert ns.read_lease(LEASE)["spec"]["holderIdentity"] == standby.identity
+    assert [r.status for r in proxy.requests_matching("PUT", f"/leases/{LEASE}$")] == [409]
+    assert any("not by this pod: left alone" in m for m in logs.messages), logs.messages
 
 
-async def test_conflicts_beyond_the_retries_give_up(fake: KubeAPIServer, kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("ctrl-0")
-    cluster.create_lease(LEASE, "ctrl-0_6f1c2a")
-    fake.fail(f"/leases/{LEASE}$", 409, method="PUT")
+async def test_conflicts_beyond_the_retries_give_up(proxy: FaultProxy, kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    ns.run_pod("ctrl-0")
+    ns.create_lease(LEASE, "ctrl-0_6f1c2a")
+    proxy.fail(f"/leases/{LEASE}$", 409, method="PUT")
     h = harness(kube, tmp_path, "ctrl-0", _lease_section().replace("retries: 3", "retries: 2"))
     with LogRecords.capture("kubernetes") as logs:
         await h.after_stop(Deadline(10))
-    assert len(fake.requests_matching("PUT", f"/leases/{LEASE}$")) == 3
+    assert len(proxy.requests_matching("PUT", f"/leases/{LEASE}$")) == 3
     assert any("could not release" in m for m in logs.at(logging.WARNING)), logs.messages
-    assert cluster.read_lease(LEASE)["spec"]["holderIdentity"] == "ctrl-0_6f1c2a"
+    assert ns.read_lease(LEASE)["spec"]["holderIdentity"] == "ctrl-0_6f1c2a"
 
 
 async def test_never_released_while_the_process_runs(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("ctrl-0")
-    cluster.create_lease(LEASE, "ctrl-0_6f1c2a")
+    ns = kube.cluster
+    ns.run_pod("ctrl-0")
+    ns.create_lease(LEASE, "ctrl-0_6f1c2a")
     h = harness(kube, tmp_path, "ctrl-0", _lease_section())
     alive = FakeProcess("controller", pid=4242, running=True)
     deadline = Deadline(10)
     with LogRecords.capture("kubernetes") as logs:
         await h.plugin.supervisor_after_process_stop(ctx=h.ctx, deadline=deadline, process=alive, status=None)
-    assert cluster.read_lease(LEASE)["spec"]["holderIdentity"] == "ctrl-0_6f1c2a"
+    assert ns.read_lease(LEASE)["spec"]["holderIdentity"] == "ctrl-0_6f1c2a"
     assert any("still running" in m for m in logs.messages)
 
 
 async def test_other_processes_do_not_release(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    cluster.create_pod("ctrl-0")
-    cluster.create_lease(LEASE, "ctrl-0_6f1c2a")
+    ns = kube.cluster
+    ns.run_pod("ctrl-0")
+    ns.create_lease(LEASE, "ctrl-0_6f1c2a")
     h = harness(kube, tmp_path, "ctrl-0", _lease_section())
     await h.after_stop(Deadline(10), process="sidecar")
-    assert cluster.read_lease(LEASE)["spec"]["holderIdentity"] == "ctrl-0_6f1c2a"
+    assert ns.read_lease(LEASE)["spec"]["holderIdentity"] == "ctrl-0_6f1c2a"
 
 
-async def test_events_tell_the_story(kube: KubeTarget, tmp_path: Path) -> None:
-    cluster = kube.cluster
-    pod = cluster.create_pod("web-0", ip="10.0.0.7")
-    from tests.kubeapi import pod_endpoints
-
-    cluster.create_service("web", [pod_endpoints(pod, "10.0.0.7")])
-    cluster.create_lease(LEASE, "web-0_77")
-    h = harness(
-        kube,
-        tmp_path,
-        "web-0",
-        "events: true\nendpoint_drain: {propagation_delay: 0.2s}\n" + _lease_section(),
-    )
-    cluster.delete_pod_and_flip("web-0", flip_after=0.5)
+async def test_events_tell_the_story_in_kubectl_describe(kube: KubeTarget, tmp_path: Path) -> None:
+    ns = kube.cluster
+    pod = ns.run_pod("web-0", ips=["10.244.0.7"], labels={"app": "web"})
+    ns.create_service("web", {"app": "web"})
+    ns.wait_endpoints("web", [pod])
+    ns.create_lease(LEASE, "web-0_77")
+    h = harness(kube, tmp_path, "web-0", "events: true\nendpoint_drain: {propagation_delay: 0.2s}\n" + _lease_section())
+    kube.plane.pause_controllers(0.5)
+    ns.delete_pod("web-0")
     deadline = Deadline(30)
     await h.shutdown_started(deadline)
     await h.pre_stop(deadline)
     await h.after_stop(deadline)
-    events = cluster.list_events()
+    events = ns.list_events()
     reasons = [e["reason"] for e in events]
     assert {"DrainStarted", "DrainFinished", "LeaseReleased"} <= set(reasons), reasons
     for event in events:
         assert event["regarding"]["uid"] == pod["metadata"]["uid"]
         assert event["reportingController"] == "pid1-supervisor/kubernetes"
+    described = kube.plane.kubectl("describe", "pod", "web-0", "-n", ns.name)
+    events_table = described.split("Events:", 1)[1]
+    for reason in ("DrainStarted", "DrainFinished", "LeaseReleased"):
+        assert reason in events_table, described
+
+
+async def test_a_long_multibyte_note_is_cut_to_what_the_server_accepts(kube: KubeTarget, tmp_path: Path) -> None:
+    """The server limits an Event's note to 1024 bytes; cut by characters,
+    600 two-byte characters would be rejected whole (422)."""
+    import logging as stdlib_logging
+
+    from supervisor_kubernetes._events import EventRecorder
+
+    ns = kube.cluster
+    ns.run_pod("web-0")
+    h = harness(kube, tmp_path, "web-0", "events: true")
+    connection = await h.plugin._connect(h.ctx)
+    recorder = EventRecorder(connection.api, connection.pod_identity, stdlib_logging.getLogger("test"))
+    with LogRecords.capture("test") as logs:
+        await recorder.record("DrainStarted", "é" * 600, action="Drain")
+    assert logs.at(logging.WARNING) == [], logs.messages
+    (event,) = ns.list_events()
+    assert event["note"] == "é" * 512 and len(event["note"].encode()) == 1024

@@ -12,6 +12,7 @@ from supervisor_kubernetes._identity import PodIdentity, identity_from_environme
 from supervisor_kubernetes._lease import released
 from supervisor_kubernetes._settings import LeaseSettings, PodSettings
 
+from supervisor import Deadline
 from tests.plugins._helpers import configure, configure_problems
 
 PROCESSES = """
@@ -238,3 +239,32 @@ def test_the_client_is_imported_only_when_enabled() -> None:
         "assert 'kubernetes' not in sys.modules, sorted(m for m in sys.modules if 'kube' in m)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_note_is_cut_by_bytes_never_inside_a_character() -> None:
+    from supervisor_kubernetes._events import NOTE_LIMIT, cut_utf8, event_name
+
+    note = "é" * 600  # 1200 bytes, 600 characters
+    cut = cut_utf8(note, NOTE_LIMIT)
+    assert len(cut.encode()) == 1024 and cut == "é" * 512
+    assert cut_utf8("ab€", 4) == "ab"  # € is 3 bytes: not split
+    assert cut_utf8("short", NOTE_LIMIT) == "short"
+    assert event_name("web-0", 0xABC) == "web-0.abc"
+    assert len(event_name("p" * 253)) == 253
+
+
+async def test_deletion_timestamps_lost_fraction_is_won_back_from_the_grace_count() -> None:
+    import datetime
+
+    from supervisor_kubernetes import _seconds_to_kill
+
+    deadline = Deadline(60)
+    now = datetime.datetime.now(datetime.UTC)
+    # Deleted with grace 6 just now: the server decided now + 6 s and wrote
+    # it truncated to the second, up to 1 s early.
+    stamp = (now + datetime.timedelta(seconds=6)).replace(microsecond=0).isoformat()
+    left = _seconds_to_kill({"deletionTimestamp": stamp, "deletionGracePeriodSeconds": 6}, deadline)
+    assert left is not None and left > 5.9, left  # the grace count, not the truncated stamp
+    # A grace count beyond the stamp's second (a SIGTERM that came late): the stamp wins.
+    late = _seconds_to_kill({"deletionTimestamp": stamp, "deletionGracePeriodSeconds": 9}, deadline)
+    assert late is not None and 5.0 < late <= 6.0, late

@@ -23,7 +23,7 @@ import trio
 from supervisor import Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
 
 from ._api import APIError, KubeAPI, load_client
-from ._drain import DrainResult, drain_endpoints
+from ._drain import DrainResult, drain_endpoints, missing_services, slice_selector
 from ._events import EventRecorder
 from ._identity import PodIdentity, identity_from_environment
 from ._lease import release_lease
@@ -73,6 +73,8 @@ class KubernetesPlugin:
                 connection.pod_identity = identity.completed_from(pod)
         except APIError as exc:
             ctx.log.warning("Kubernetes API not usable yet (will retry at shutdown): %s", exc)
+            return
+        await _check_services(ctx, connection)
 
     # -- shutdown --------------------------------------------------------------
 
@@ -150,8 +152,9 @@ class KubernetesPlugin:
         events = EventRecorder(connection.api if settings.events else None, identity, ctx.log)
         budget = max(0.0, deadline.remaining_for_hooks() - drain.propagation_delay)
         # Stop watching a little before the hook's own cancellation, so that
-        # a timeout is still logged and recorded as one.
-        budget -= min(_REPORT_TIME, budget * 0.1)
+        # a timeout is still logged and recorded as one (on a loaded machine
+        # the abandoned watch thread and the log need a moment).
+        budget -= min(_REPORT_TIME, budget * 0.2)
         until = started + min(drain.timeout, budget)
         async with trio.open_nursery() as nursery:
             with ctx.timeline.step("pre_stop", "endpoint drain", plugin=ctx.plugin) as step:
@@ -310,6 +313,28 @@ class KubernetesPlugin:
             return self._connection
 
 
+async def _check_services(ctx: Context, connection: _Connection) -> None:
+    """Warn at start about ``endpoint_drain.services`` names that match no
+    Service, rather than finding out at SIGTERM that there was nothing to
+    wait for.  The drain checks again when it starts."""
+    drain = _settings(ctx).drain
+    if drain is None or not drain.services:
+        return
+    namespace = connection.pod_identity.namespace
+    try:
+        items, _ = await connection.api.list_endpoint_slices(namespace, slice_selector(drain.services))
+    except APIError as exc:
+        ctx.log.warning("cannot list the EndpointSlices of namespace %s: %s", namespace, exc)
+        return
+    for service in missing_services(drain.services, items):
+        ctx.log.warning(
+            "endpoint_drain.services names %r, but no EndpointSlice belongs to a Service of that name "
+            "in namespace %s (is the name right?)",
+            service,
+            namespace,
+        )
+
+
 def _settings(ctx: Context) -> KubernetesSettings:
     settings = ctx.settings
     if not isinstance(settings, KubernetesSettings):
@@ -336,6 +361,14 @@ def _seconds_to_kill(meta: dict[str, Any], deadline: Deadline) -> float | None:
     if stamp is not None:
         by_clock = (stamp - datetime.datetime.now(datetime.UTC)).total_seconds()
         if by_clock >= 0 and (not candidates or by_clock <= candidates[0] + 5):
+            # The server computes now + grace but serializes deletionTimestamp
+            # in whole seconds, dropping the fraction: the real moment lies in
+            # [stamp, stamp + 1 s).  A grace count inside that second agrees
+            # with the stamp and is the exact one (counted from the SIGTERM);
+            # otherwise the stamp, the safe end, is kept and up to 1 s of it
+            # goes to the margin.
+            if candidates and by_clock <= candidates[0] < by_clock + 1:
+                return candidates[0]
             candidates.append(by_clock)
     return min(candidates) if candidates else None
 

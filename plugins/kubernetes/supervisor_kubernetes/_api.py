@@ -41,6 +41,10 @@ _THREADS = 4
 # A call needs at least this much time to be worth starting.
 _MIN_CALL = 0.05
 _CALL_SLACK = 0.25
+# Objects per LIST page: the server hands out a continue token past this
+# many, so a namespace with thousands of slices costs several bounded
+# requests rather than one unbounded answer.
+PAGE_SIZE = 500
 
 
 class APIError(Exception):
@@ -165,7 +169,7 @@ class KubeAPI:
                     self._discovery.list_namespaced_endpoint_slice(
                         namespace,
                         label_selector=label_selector,
-                        limit=500,
+                        limit=PAGE_SIZE,
                         _continue=token,
                         _preload_content=False,
                         _request_timeout=timeout,

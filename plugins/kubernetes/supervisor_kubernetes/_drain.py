@@ -23,10 +23,19 @@ from ._api import APIError, KubeAPI
 from ._identity import PodIdentity
 from ._settings import DrainSettings
 
-__all__ = ["DrainResult", "SliceTracker", "drain_endpoints", "endpoint_routes", "slice_selector"]
+__all__ = [
+    "DrainResult",
+    "SliceTracker",
+    "drain_endpoints",
+    "endpoint_routes",
+    "missing_services",
+    "slice_selector",
+]
 
 SERVICE_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+# Dropped watch connections resumed before the drain gives up on the API.
+_WATCH_DROPS = 3
 
 
 def slice_selector(services: Iterable[str], managed_by: Iterable[str] = ()) -> str | None:
@@ -50,13 +59,51 @@ def endpoint_routes(endpoint: Mapping[str, Any]) -> bool:
     return conditions.get("ready") is not False and conditions.get("terminating") is not True
 
 
+def missing_services(services: Iterable[str], slices: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The named Services that have no EndpointSlice at all.
+
+    The EndpointSlice controller keeps a slice (empty if need be) for every
+    Service with a selector, so a name with none is a Service that does not
+    exist (a typo, another namespace) or has no selector and no Endpoints.
+    """
+    present = {str(((s.get("metadata") or {}).get("labels") or {}).get(SERVICE_LABEL, "")) for s in slices}
+    return sorted(set(services) - present)
+
+
+def _service_of(slice_obj: Mapping[str, Any]) -> tuple[str, str]:
+    labels = (slice_obj.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(SERVICE_LABEL, "")), str(slice_obj.get("addressType", ""))
+
+
+def _is_ready(endpoint: Mapping[str, Any]) -> bool:
+    return (endpoint.get("conditions") or {}).get("ready") is not False
+
+
 @dataclass
 class SliceTracker:
-    """Which slices still have a routing endpoint of this pod."""
+    """Which slices still have a routing endpoint of this pod.
+
+    What "drained" means follows what kube-proxy does with the conditions
+    (KEP-1669): an endpoint of ours is out of rotation once it is gone,
+    ``ready: false`` or ``terminating: true``.  Two cases stay routed all the
+    same, and no amount of waiting changes that before the pod is gone, so
+    they count as drained but are reported (``notes``):
+
+    * ``ready: true`` and ``terminating: true``: the Service has
+      ``publishNotReadyAddresses``, its endpoints stay ready while they
+      terminate and kube-proxy keeps using them;
+    * ``serving: true`` and terminating while no other endpoint of the
+      Service (same address family) is ready: kube-proxy falls back to
+      serving terminating endpoints, this pod is the last one serving.
+    """
 
     pod: PodIdentity
     # slice name -> does one of our endpoints in it still route?
     slices: dict[str, bool] = field(default_factory=dict)
+    # slice name -> (service, address type, other pods' ready endpoints), for every slice seen
+    others_ready: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    # slice name -> (service, address type, our endpoint's conditions), for slices with ours
+    ours: dict[str, tuple[str, str, dict[str, Any]]] = field(default_factory=dict)
 
     def is_ours(self, endpoint: Mapping[str, Any]) -> bool:
         target = endpoint.get("targetRef") or {}
@@ -75,22 +122,55 @@ class SliceTracker:
 
     def update(self, slice_obj: Mapping[str, Any]) -> None:
         name = str((slice_obj.get("metadata") or {}).get("name", ""))
-        ours = [e for e in slice_obj.get("endpoints") or [] if self.is_ours(e)]
+        service, family = _service_of(slice_obj)
+        endpoints = slice_obj.get("endpoints") or []
+        ours = [e for e in endpoints if self.is_ours(e)]
+        others = sum(1 for e in endpoints if not self.is_ours(e) and _is_ready(e))
+        self.others_ready[name] = (service, family, others)
         if ours:
             self.slices[name] = any(endpoint_routes(e) for e in ours)
+            self.ours[name] = (service, family, dict(ours[0].get("conditions") or {}))
         # Our endpoint was removed from this slice: that slice is done.
         elif name in self.slices:
             self.slices[name] = False
+            self.ours.pop(name, None)
 
     def remove(self, slice_obj: Mapping[str, Any]) -> None:
         name = str((slice_obj.get("metadata") or {}).get("name", ""))
+        self.others_ready.pop(name, None)
+        self.ours.pop(name, None)
         if name in self.slices:
             self.slices[name] = False
 
     def reset(self, slices: Iterable[Mapping[str, Any]]) -> None:
         self.slices.clear()
+        self.others_ready.clear()
+        self.ours.clear()
         for slice_obj in slices:
             self.update(slice_obj)
+
+    def notes(self) -> list[str]:
+        """Services that still send this pod traffic although its endpoints
+        are drained as far as conditions go (see the class)."""
+        notes: set[str] = set()
+        for service, family, conditions in self.ours.values():
+            if not conditions.get("terminating"):
+                continue
+            if conditions.get("ready") is True:
+                notes.add(
+                    f"Service {service} publishes not-ready addresses: this pod's {family} endpoint stays "
+                    "ready while it terminates and kube-proxy keeps routing to it until the pod is gone"
+                )
+                continue
+            ready_elsewhere = sum(
+                count for svc, fam, count in self.others_ready.values() if (svc, fam) == (service, family)
+            )
+            if conditions.get("serving") is True and ready_elsewhere == 0:
+                notes.add(
+                    f"this pod is the last serving endpoint of Service {service} ({family}): with no ready "
+                    "endpoint left, kube-proxy keeps sending it traffic while it serves"
+                )
+        return sorted(notes)
 
     @property
     def routing(self) -> list[str]:
@@ -152,6 +232,7 @@ class _Drainer:
         self.selector = slice_selector(settings.services, settings.managed_by)
         self.tracker = SliceTracker(pod)
         self.progress = _Progress(log, settings.progress_interval, until)
+        self.version = ""  # the resourceVersion to watch from
 
     async def run(self) -> DrainResult:
         started = trio.current_time()
@@ -162,6 +243,13 @@ class _Drainer:
             except APIError as exc:
                 return DrainResult("fallback", reason=str(exc), waited=trio.current_time() - started)
             self.tracker.reset(items)
+            for service in missing_services(self.settings.services, items):
+                self.log.warning(
+                    "endpoint_drain.services names %r, but no EndpointSlice belongs to a Service of that "
+                    "name in namespace %s: nothing to wait for there (is the name right?)",
+                    service,
+                    self.pod.namespace,
+                )
             if not self.tracker.slices:
                 return DrainResult("nothing")
             self.progress.report(self.tracker, force=True)
@@ -174,6 +262,8 @@ class _Drainer:
             return DrainResult("fallback", len(self.tracker.slices), str(failure), waited)
         if scope.cancelled_caught:
             return DrainResult("timeout", len(self.tracker.routing), waited=waited)
+        for note in self.tracker.notes():
+            self.log.warning("%s", note)
         return DrainResult("drained", len(self.tracker.slices), waited=waited)
 
     async def _list(self) -> tuple[list[dict[str, Any]], str]:
@@ -181,17 +271,27 @@ class _Drainer:
 
     async def _follow(self, version: str) -> APIError | None:
         """Watch (again and again) until drained; the error that stopped it, if any."""
+        self.version = version
+        drops = 0
         while not self.tracker.drained:
             left = self.deadline.remaining_for_hooks()
             seconds = max(1, min(int(self.settings.watch_timeout), int(left) + 1))
             try:
-                version = await self._watch_once(version, seconds)
+                await self._watch_once(seconds)
             except APIError as exc:
+                if exc.status is None and drops < _WATCH_DROPS:
+                    # The connection dropped mid-watch (a server restart, an
+                    # idle timeout on the way): client-go's reflectors watch
+                    # again from the last version seen, and so do we, a few
+                    # times; a server that stays away ends in the fallback.
+                    drops += 1
+                    self.log.info("watch connection lost (%s): watching again from version %s", exc, self.version)
+                    continue
                 if exc.status != 410:
                     return exc
                 self.log.info("watch expired (410 Gone): listing the EndpointSlices again")
                 try:
-                    items, version = await self._list()
+                    items, self.version = await self._list()
                 except APIError as relist_error:
                     return relist_error
                 known = set(self.tracker.slices)
@@ -202,11 +302,11 @@ class _Drainer:
                 self.progress.report(self.tracker)
         return None
 
-    async def _watch_once(self, version: str, seconds: int) -> str:
-        """One watch request; returns the version to resume from."""
+    async def _watch_once(self, seconds: int) -> None:
+        """One watch request from ``self.version``, which follows the events."""
         tracker = self.tracker
         error: APIError | None = None
-        async with self.api.watch_endpoint_slices(self.pod.namespace, self.selector, version, seconds) as events:
+        async with self.api.watch_endpoint_slices(self.pod.namespace, self.selector, self.version, seconds) as events:
             async for item in events:
                 if isinstance(item, APIError):
                     # Raised outside the watch's nursery, as itself rather
@@ -214,7 +314,7 @@ class _Drainer:
                     error = item
                     break
                 obj = item["object"]
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                self.version = str((obj.get("metadata") or {}).get("resourceVersion") or self.version)
                 kind = item["type"]
                 if kind in ("ADDED", "MODIFIED"):
                     tracker.update(obj)
@@ -227,7 +327,6 @@ class _Drainer:
                     break
         if error is not None:
             raise error
-        return version
 
 
 class _Progress:

@@ -1,0 +1,330 @@
+"""A namespace per test on the shared control plane, and what tests do in it.
+
+The test drives the cluster as its users and components would: Pods through
+the ``Kubelet``, Services with selectors (the real EndpointSlice controller
+publishes and flips their endpoints), Leases, Events, and a ServiceAccount
+``supervisor`` whose token directory the plugin reads as a pod would.  That
+account is bound to a Role with the rules of ``examples/kubernetes/rbac.yaml``
+but for any Lease name and with ``list`` on leases (the selector mode);
+the test that applies the example file itself binds its own account.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .kubelet import Kubelet
+
+if TYPE_CHECKING:
+    from ._controlplane import ControlPlane
+
+__all__ = ["Namespace", "SliceWatch", "micro_time"]
+
+SERVICE_LABEL = "kubernetes.io/service-name"
+ACCOUNT = "supervisor"
+
+PLUGIN_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "update"]},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+]
+
+
+def micro_time(at: float | None = None) -> str:
+    """A MicroTime as the API server writes it (six fractional digits)."""
+    import datetime
+
+    stamp = datetime.datetime.fromtimestamp(time.time() if at is None else at, datetime.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _raw(response: Any) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(response.data)
+    finally:
+        response.release_conn()
+    return data
+
+
+class Namespace:
+    """Created (with its ServiceAccount and Role) on construction; ``cleanup()``
+    final-deletes the pods and deletes the namespace."""
+
+    def __init__(
+        self, plane: ControlPlane, name: str | None = None, *, rules: list[dict[str, Any]] | None = None
+    ) -> None:
+        import kubernetes
+
+        # Untyped use on purpose: plain JSON in and out (_preload_content=False).
+        client: Any = kubernetes.client
+
+        self.plane = plane
+        self.name = name or f"pid1-test-{uuid.uuid4().hex[:8]}"
+        self.api_client: Any = plane.admin_client()
+        self.core: Any = client.CoreV1Api(self.api_client)
+        self.discovery: Any = client.DiscoveryV1Api(self.api_client)
+        self.coordination: Any = client.CoordinationV1Api(self.api_client)
+        self.events: Any = client.EventsV1Api(self.api_client)
+        self.rbac: Any = client.RbacAuthorizationV1Api(self.api_client)
+        self.exceptions: Any = client.exceptions
+        self.core.create_namespace({"metadata": {"name": self.name}}, _preload_content=False).release_conn()
+        self.kubelet = Kubelet(self.api_client, self.name)
+        self.create_account(ACCOUNT, PLUGIN_RULES if rules is None else rules)
+        self._cleanups: list[Callable[[], None]] = []
+        self._wait_for_default_account()
+
+    def _wait_for_default_account(self, timeout: float = 30) -> None:
+        """Pods are admitted only once the ServiceAccount controller has made
+        the namespace's ``default`` account, as on any cluster."""
+        stop = time.monotonic() + timeout
+        while True:
+            try:
+                self.core.read_namespaced_service_account("default", self.name, _preload_content=False).release_conn()
+            except self.exceptions.ApiException as exc:
+                if exc.status != 404 or time.monotonic() > stop:
+                    raise
+                time.sleep(0.02)
+            else:
+                return
+
+    # -- RBAC and tokens -------------------------------------------------------
+
+    def create_account(self, account: str, rules: list[dict[str, Any]] | None) -> None:
+        """A ServiceAccount, bound to a Role of ``rules`` (None: no Role)."""
+        self.core.create_namespaced_service_account(
+            self.name, {"metadata": {"name": account}}, _preload_content=False
+        ).release_conn()
+        if rules is None:
+            return
+        self.rbac.create_namespaced_role(
+            self.name, {"metadata": {"name": account}, "rules": rules}, _preload_content=False
+        ).release_conn()
+        binding = {
+            "metadata": {"name": account},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": self.name}],
+        }
+        self.rbac.create_namespaced_role_binding(self.name, binding, _preload_content=False).release_conn()
+
+    def token(self, account: str = ACCOUNT, seconds: int = 3600) -> str:
+        """A token from the TokenRequest API, as the kubelet mounts one."""
+        request = {"spec": {"audiences": [], "expirationSeconds": seconds}}
+        answer = _raw(
+            self.core.create_namespaced_service_account_token(account, self.name, request, _preload_content=False)
+        )
+        return str(answer["status"]["token"])
+
+    def service_account_dir(self, directory: Path, account: str = ACCOUNT) -> Path:
+        """``token``, ``ca.crt`` and ``namespace``, laid out as in a pod."""
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "token").write_text(self.token(account))
+        (directory / "ca.crt").write_bytes(self.plane.pki.ca.read_bytes())
+        (directory / "namespace").write_text(self.name)
+        return directory
+
+    # -- pods and services -------------------------------------------------------
+
+    def run_pod(
+        self,
+        name: str,
+        *,
+        ips: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
+        grace: int = 30,
+        ready: bool = True,
+    ) -> dict[str, Any]:
+        return self.kubelet.run_pod(name, labels=labels or {"app": name}, ips=ips, grace=grace, ready=ready)
+
+    def create_service(
+        self,
+        name: str,
+        selector: Mapping[str, str],
+        *,
+        publish_not_ready: bool = False,
+        dual_stack: bool = False,
+    ) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "selector": dict(selector),
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}],
+            "publishNotReadyAddresses": publish_not_ready,
+        }
+        if dual_stack:
+            spec["ipFamilyPolicy"] = "RequireDualStack"
+            spec["ipFamilies"] = ["IPv4", "IPv6"]
+        body = {"metadata": {"name": name}, "spec": spec}
+        return _raw(self.core.create_namespaced_service(self.name, body, _preload_content=False))
+
+    def list_slices(self, service: str | None = None) -> list[dict[str, Any]]:
+        selector = f"{SERVICE_LABEL}={service}" if service else None
+        page = _raw(
+            self.discovery.list_namespaced_endpoint_slice(self.name, label_selector=selector, _preload_content=False)
+        )
+        return list(page["items"])
+
+    def pod_endpoints(self, pod_uid: str, service: str | None = None) -> list[dict[str, Any]]:
+        return [
+            endpoint
+            for item in self.list_slices(service)
+            for endpoint in item.get("endpoints") or []
+            if (endpoint.get("targetRef") or {}).get("uid") == pod_uid
+        ]
+
+    def wait_endpoints(
+        self,
+        service: str,
+        pods: Sequence[Mapping[str, Any]],
+        *,
+        slices: int = 1,
+        timeout: float = 30,
+    ) -> None:
+        """Until the controller publishes a ready endpoint for each pod in
+        ``slices`` slices (one per address family) of ``service``."""
+        uids = {pod["metadata"]["uid"] for pod in pods}
+        stop = time.monotonic() + timeout
+        while True:
+            found: dict[str, int] = dict.fromkeys(uids, 0)
+            for item in self.list_slices(service):
+                for endpoint in item.get("endpoints") or []:
+                    uid = (endpoint.get("targetRef") or {}).get("uid")
+                    if uid in found and (endpoint.get("conditions") or {}).get("ready"):
+                        found[uid] += 1
+            if all(count >= slices for count in found.values()):
+                return
+            if time.monotonic() > stop:
+                raise AssertionError(f"no ready endpoints for {sorted(uids)} in {service}: {self.list_slices(service)}")
+            time.sleep(0.05)
+
+    def delete_pod(self, name: str, *, grace: int | None = None) -> dict[str, Any]:
+        return self.kubelet.delete_pod(name, grace=grace)
+
+    def watch_slices(self, pod: Mapping[str, Any]) -> SliceWatch:
+        """Start watching for the controller to flip ``pod``'s endpoints."""
+        watch = SliceWatch(self, str(pod["metadata"]["uid"]))
+        watch.start()
+        self._cleanups.append(watch.stop)
+        return watch
+
+    # -- leases and events -------------------------------------------------------
+
+    def create_lease(
+        self, name: str, holder: str, *, duration: int = 15, labels: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        stamp = micro_time()
+        body = {
+            "metadata": {"name": name, "labels": dict(labels or {})},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": duration,
+                "acquireTime": stamp,
+                "renewTime": stamp,
+                "leaseTransitions": 3,
+            },
+        }
+        return _raw(self.coordination.create_namespaced_lease(self.name, body, _preload_content=False))
+
+    def read_lease(self, name: str) -> dict[str, Any]:
+        return _raw(self.coordination.read_namespaced_lease(name, self.name, _preload_content=False))
+
+    def replace_lease(self, lease: dict[str, Any]) -> dict[str, Any]:
+        name = lease["metadata"]["name"]
+        return _raw(self.coordination.replace_namespaced_lease(name, self.name, lease, _preload_content=False))
+
+    def list_events(self) -> list[dict[str, Any]]:
+        return list(_raw(self.events.list_namespaced_event(self.name, _preload_content=False))["items"])
+
+    def on_cleanup(self, callback: Callable[[], None]) -> None:
+        self._cleanups.append(callback)
+
+    def cleanup(self) -> None:
+        for callback in reversed(self._cleanups):
+            with contextlib.suppress(Exception):
+                callback()
+        with contextlib.suppress(self.exceptions.ApiException):
+            self.kubelet.finish_all()
+        # Not waited for: the namespace controller removes the rest.
+        with contextlib.suppress(self.exceptions.ApiException):
+            self.core.delete_namespace(self.name, _preload_content=False).release_conn()
+        self.api_client.close()
+
+
+@dataclass
+class SliceWatch:
+    """Watches the namespace's EndpointSlices (from before a deletion) and
+    records when every endpoint of the pod stopped being ``ready`` or left
+    its slice: the EndpointSlice controller's flip, as a watcher sees it."""
+
+    namespace: Namespace
+    pod_uid: str
+    flipped: threading.Event = field(default_factory=threading.Event)
+    flipped_at: float | None = None  # time.monotonic() when seen
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True, name="slice-watch")
+        self._thread.start()
+        ready.wait(10)
+
+    def _routing(self, slices: Mapping[str, Any]) -> bool:
+        return any(
+            (endpoint.get("targetRef") or {}).get("uid") == self.pod_uid
+            and (endpoint.get("conditions") or {}).get("ready") is not False
+            and (endpoint.get("conditions") or {}).get("terminating") is not True
+            for item in slices.values()
+            for endpoint in item.get("endpoints") or []
+        )
+
+    def _run(self, ready: threading.Event) -> None:
+        import kubernetes
+
+        watch: Any = kubernetes.watch
+        listing = _raw(
+            self.namespace.discovery.list_namespaced_endpoint_slice(self.namespace.name, _preload_content=False)
+        )
+        slices = {item["metadata"]["name"]: item for item in listing["items"]}
+        version = listing["metadata"]["resourceVersion"]
+        ready.set()
+        while not self._stop.is_set():
+            stream = watch.Watch()
+            for event in stream.stream(
+                self.namespace.discovery.list_namespaced_endpoint_slice,
+                self.namespace.name,
+                resource_version=version,
+                timeout_seconds=5,
+                _preload_content=False,
+            ):
+                obj = event["raw_object"]
+                version = obj["metadata"]["resourceVersion"]
+                if event["type"] == "DELETED":
+                    slices.pop(obj["metadata"]["name"], None)
+                elif event["type"] in ("ADDED", "MODIFIED"):
+                    slices[obj["metadata"]["name"]] = obj
+                if not self._routing(slices):
+                    self.flipped_at = time.monotonic()
+                    self.flipped.set()
+                    stream.stop()
+                    return
+                if self._stop.is_set():
+                    stream.stop()
+                    return
+
+    def wait_flipped(self, timeout: float = 30) -> float:
+        if not self.flipped.wait(timeout):
+            raise AssertionError("the EndpointSlice controller never flipped the pod's endpoints")
+        assert self.flipped_at is not None
+        return self.flipped_at
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)

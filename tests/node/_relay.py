@@ -1,0 +1,108 @@
+"""A TCP relay that makes the API server (on the host's loopback) reachable
+from inside the node's and the pods' network namespaces, at 127.0.0.1 there.
+
+On a real node the API server is reached over the node's network; here the
+host's network stays untouched, so the harness itself carries the bytes: a
+listening socket is made inside the target namespace (by a thread that joined
+it), and every accepted connection is joined to a new connection from the
+host's namespace.  TLS passes through unchanged: the client verifies the API
+server's own certificate, which names 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from dataclasses import dataclass, field
+
+from ._netns import in_netns
+
+__all__ = ["Relay"]
+
+
+@dataclass
+class Relay:
+    target: tuple[str, int]
+    _listeners: dict[str, socket.socket] = field(default_factory=dict)
+    _connections: set[socket.socket] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _closed: bool = False
+
+    def listen(self, netns: str, port: int | None = None) -> int:
+        """Listen on 127.0.0.1 inside ``netns`` (on the target's port unless
+        given); returns the port."""
+        wanted = self.target[1] if port is None else port
+
+        def bind() -> socket.socket:
+            listener = socket.create_server(("127.0.0.1", wanted), backlog=64)
+            return listener
+
+        listener = in_netns(netns, bind)
+        with self._lock:
+            self._listeners[netns] = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True, name=f"relay-{netns}").start()
+        return int(listener.getsockname()[1])
+
+    def forget(self, netns: str) -> None:
+        """Stop listening in ``netns`` (its pod is gone; the socket would keep
+        the deleted namespace alive in the kernel)."""
+        with self._lock:
+            listener = self._listeners.pop(netns, None)
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._join, args=(client,), daemon=True).start()
+
+    def _join(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            if self._closed:
+                client.close()
+                upstream.close()
+                return
+            self._connections.update((client, upstream))
+        threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+        self._pump(client, upstream)
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        finally:
+            # Either side gone: drop both, as a dropped TCP path would.
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                for sock in (source, sink):
+                    if sock in self._connections:
+                        self._connections.discard(sock)
+                        sock.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            sockets = [*self._listeners.values(), *self._connections]
+            self._listeners.clear()
+            self._connections.clear()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()

@@ -292,6 +292,10 @@ def _orchestrator_child(args: list[str], status_fd: int, inherited_fds: tuple[in
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
+        output = sys.modules.get("supervisor.runtime.output")
+        if output is not None:
+            # Queued log lines get a moment; a stuck sink does not hold us.
+            output.flush_all()
 
 
 def _prescan_log_options(args: list[str], settings: LogSettings) -> None:

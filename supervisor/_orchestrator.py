@@ -30,6 +30,7 @@ from ._timeline import Timeline
 from ._units import PIPE_RELAY, format_duration, signal_name
 from .config import Config, start_levels
 from .runtime import SupervisedProcess
+from .runtime.output import install_std_streams
 
 if TYPE_CHECKING:
     from ._early import EarlySignals
@@ -57,6 +58,8 @@ def run_orchestrator(
     inherited_fds: tuple[int, ...] = (),
     main_started: subprocess.Popen[bytes] | None = None,
 ) -> int:
+    # From here on no write to stdout/stderr can block the event loop.
+    install_std_streams()
     configure_logging(LogSettings(config.log_format, config.log_level))
     status = _StatusPipe(status_fd)
     status.send(f"log {config.log_format} {config.log_level}")

@@ -9,13 +9,13 @@ orphans are somebody else's job).
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import signal
 import subprocess
-import sys
 import time
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 import trio
 
@@ -24,6 +24,7 @@ from .._status import ExitStatus
 from .._units import format_duration, signal_name
 from ..config import ProcessSpec
 from .backoff import RestartTracker
+from .output import notify_line, pump_lines, stderr_writer, stdout_writer
 from .readiness import ReadyProbe, describe
 from .spawn import spawn_options
 from .state import ProcessState, check_transition
@@ -240,9 +241,20 @@ class SupervisedProcess:
             if self.spec.ready is not None:
                 nursery.start_soon(self._probe_readiness)
             if self.spec.log_prefix:
-                for stream, out in ((process.stdout, sys.stdout.buffer), (process.stderr, sys.stderr.buffer)):
-                    if stream is not None:
-                        nursery.start_soon(_pump_lines, stream, out, f"[{self.name}] ")
+                prefix = f"[{self.name}] ".encode()
+                for source, writer in ((process.stdout, stdout_writer()), (process.stderr, stderr_writer())):
+                    if source is not None:
+                        nursery.start_soon(
+                            functools.partial(
+                                pump_lines,
+                                source,
+                                writer,
+                                prefix,
+                                process_name=self.name,
+                                stream=writer.name,
+                                on_line=notify_line,
+                            )
+                        )
             # Shielded: a process is always waited for (reaped) by its owner,
             # even while the surrounding task is being cancelled.
             with trio.CancelScope(shield=True):
@@ -373,21 +385,6 @@ class SupervisedProcess:
     async def wait_exited(self) -> ExitStatus | None:
         await self._exited.wait()
         return self.status
-
-
-async def _pump_lines(stream: trio.abc.ReceiveStream, out: BinaryIO, prefix: str) -> None:
-    """Copy a child's output line by line with a prefix (``log_prefix``)."""
-    pending = b""
-    prefix_bytes = prefix.encode()
-    async for chunk in stream:
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        if lines:
-            out.write(b"".join(prefix_bytes + line + b"\n" for line in lines))
-            out.flush()
-    if pending:
-        out.write(prefix_bytes + pending + b"\n")
-        out.flush()
 
 
 def _shell_join(argv: tuple[str, ...], limit: int = 120) -> str:

@@ -11,6 +11,7 @@ bug is a log line and a timeline entry, never a stuck or dead PID 1.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import inspect
 import logging
@@ -43,6 +44,30 @@ _DEFAULT_EVENT_TIMEOUT = 30.0
 _SYNC_ONLY_HOOKS = frozenset({"supervisor_configure", "supervisor_add_commands"})
 
 log = logging.getLogger("supervisor.plugins")
+
+
+async def _invoke(call: Callable[..., Any], args: list[Any]) -> object:
+    """Run one hook implementation to its result.
+
+    A plain ``def`` runs in a worker thread: blocking I/O in it (a synchronous
+    HTTP call, ``time.sleep``) must not freeze the event loop, and when its
+    scope is cancelled (deadline, timeout) the thread is abandoned — it runs
+    on, but nobody waits for it.  Its own limiter, so that abandoned threads
+    never use up trio's default one.  An ``async def`` runs on the loop; one
+    that never yields is the init layer's problem (it kills at the wall)."""
+    if inspect.iscoroutinefunction(call):
+        result: object = await call(*args)
+    else:
+        result = await trio.to_thread.run_sync(
+            functools.partial(call, *args), abandon_on_cancel=True, limiter=_HOOK_THREADS
+        )
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+# Enough for every hook of every plugin at once, abandoned ones included.
+_HOOK_THREADS = trio.CapacityLimiter(256)
 
 
 @dataclass
@@ -317,9 +342,7 @@ class PluginHost:
         result: object = None
         with scope_cm as scope:
             try:
-                result = call(*[arguments[a] for a in argnames])
-                if inspect.isawaitable(result):
-                    result = await result
+                result = await _invoke(call, [arguments[a] for a in argnames])
             except Exception as exc:
                 hook_log.error("%s failed: %s: %s", hook_name, type(exc).__name__, exc, exc_info=exc)
                 if step is not None:

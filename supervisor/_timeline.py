@@ -7,7 +7,7 @@ shutdown) and rendered once, at the end, as text or JSON, so that
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -33,6 +33,11 @@ class Step:
     detail: str = ""
     plugin: str | None = None
 
+    def describe(self) -> str:
+        """``phase plugin: name``, on one line."""
+        who = f"{self.plugin}: " if self.plugin else ""
+        return f"{self.phase} {who}{self.name}"
+
     def as_dict(self) -> dict[str, object]:
         record: dict[str, object] = {
             "phase": self.phase,
@@ -52,6 +57,9 @@ class Step:
 class Timeline:
     origin: float = field(default_factory=trio.current_time)
     steps: list[Step] = field(default_factory=list)
+    # Hears every step as it starts: the orchestrator tells the init layer,
+    # whose log line at the wall names the phase the shutdown had reached.
+    on_step: Callable[[Step], None] | None = None
 
     @contextmanager
     def step(self, phase: str, name: str, *, plugin: str | None = None) -> Iterator[Step]:
@@ -61,6 +69,8 @@ class Timeline:
         ``error``, and both propagate unchanged."""
         record = Step(phase=phase, name=name, start=trio.current_time() - self.origin, plugin=plugin)
         self.steps.append(record)
+        if self.on_step is not None:
+            self.on_step(record)
         try:
             yield record
         except BaseException as exc:

@@ -17,10 +17,11 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, NoReturn
 
 from . import __version__
-from ._units import parse_duration, parse_signal
+from ._units import FORWARDABLE_SIGNALS, parse_duration, parse_signal, signal_name
 
 if TYPE_CHECKING:
     from ._early import EarlySignals
@@ -45,7 +46,10 @@ class RunOptions:
     rewrite: dict[int, int] = field(default_factory=dict)
     process_group: bool = False
     log_format: str | None = None
+    log_level: str | None = None
     verbose: int = 0
+    zero_exit_codes: frozenset[int] = frozenset()
+    parent_death_signal: int | None = None
     command: tuple[str, ...] = ()
 
 
@@ -68,9 +72,29 @@ def _rewrite(text: str) -> tuple[int, int]:
     if not sep:
         raise argparse.ArgumentTypeError(f"invalid rewrite {text!r}: use FROM:TO, e.g. TERM:QUIT or 15:0")
     try:
-        return parse_signal(source), parse_signal(target, allow_zero=True)
+        pair = parse_signal(source), parse_signal(target, allow_zero=True)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"invalid rewrite {text!r}: {exc}") from None
+    if pair[0] not in FORWARDABLE_SIGNALS:
+        # KILL/STOP cannot be caught, CHLD is the reaper's, TSTP/TTIN/TTOU are
+        # job control the supervisor swallows: a rule for them would never apply.
+        raise argparse.ArgumentTypeError(
+            f"invalid rewrite {text!r}: {signal_name(pair[0])} is never forwarded, so it cannot be rewritten"
+        )
+    return pair
+
+
+def _exit_code(text: str) -> int:
+    if not text.isdigit() or int(text) > 255:
+        raise argparse.ArgumentTypeError(f"invalid exit code {text!r}: use a number from 0 to 255")
+    return int(text)
+
+
+def _signal(text: str) -> int:
+    try:
+        return parse_signal(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _run_parser() -> _Parser:
@@ -107,7 +131,28 @@ def _run_parser() -> _Parser:
     parser.add_argument(
         "-g", "--process-group", action="store_true", help="forward signals to the main process's whole process group"
     )
+    parser.add_argument(
+        "-e",
+        "--expect-exit",
+        metavar="CODE",
+        type=_exit_code,
+        action="append",
+        default=[],
+        help="report the main process's exit code CODE as 0 (e.g. 143 for a JVM stopped by SIGTERM); repeatable",
+    )
+    parser.add_argument(
+        "-p",
+        "--parent-death-signal",
+        metavar="SIGNAL",
+        type=_signal,
+        help="when not PID 1: act as if SIGNAL arrived when the supervisor's parent dies (e.g. TERM)",
+    )
     parser.add_argument("--log-format", choices=["text", "json"], help="log line format (default text)")
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="least severe log lines shown (default info, or the file's log_level)",
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (debug level)")
     return parser
 
@@ -137,7 +182,10 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
         rewrite=dict(ns.rewrite),
         process_group=ns.process_group,
         log_format=ns.log_format,
+        log_level=ns.log_level,
         verbose=ns.verbose,
+        zero_exit_codes=frozenset(ns.expect_exit),
+        parent_death_signal=ns.parent_death_signal,
         command=tuple(command),
     )
 
@@ -154,8 +202,16 @@ def build_config(options: RunOptions) -> Config:
         config = replace(config, grace_period=options.grace_period)
     if options.log_format is not None:
         config = replace(config, log_format=options.log_format)  # type: ignore[arg-type]
+    if options.log_level is not None:
+        config = replace(config, log_level=options.log_level)  # type: ignore[arg-type]
     if options.verbose:
         config = replace(config, log_level="debug")
+    config = replace(
+        config,
+        rewrite=MappingProxyType(dict(options.rewrite)),
+        forward_to_group=options.process_group,
+        zero_exit_codes=options.zero_exit_codes,
+    )
     if options.command:
         if config.main is not None:
             raise UsageError(
@@ -207,11 +263,15 @@ def run_main(
     inherited_fds: tuple[int, ...] = (),
 ) -> int:
     """The orchestrator process's main: parse, load, supervise; returns the exit code."""
+    from ._initpipe import StatusPipe
     from .config import ConfigError
 
+    status = StatusPipe(status_fd)
     try:
         options = parse_run_args(args)
         config = build_config(options)
+        # PID 1 enforces the wall with this grace period from now on.
+        status.grace(config.grace_period)
         hooks = _load_plugins(config)
     except UsageError as exc:
         return _usage_error(str(exc))
@@ -221,7 +281,7 @@ def run_main(
     from ._orchestrator import run_orchestrator  # trio: ~70 ms, after the spawn
 
     return run_orchestrator(
-        config, options, hooks, early=early, status_fd=status_fd, inherited_fds=inherited_fds, main_started=started
+        config, hooks, early=early, status_fd=status_fd, inherited_fds=inherited_fds, main_started=started
     )
 
 

@@ -118,6 +118,12 @@ class Config:
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     plugins: Mapping[str, Settings] = field(default_factory=lambda: MappingProxyType({}))
+    # The signal policy of the command line: ``--rewrite FROM:TO`` (TO 0
+    # drops FROM) and ``-g`` (forward to the main process's whole group).
+    rewrite: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    forward_to_group: bool = False
+    # ``-e CODE``: main process exit codes reported as 0 (tini's remapping).
+    zero_exit_codes: frozenset[int] = frozenset()
     path: str | None = None
     # Positions of top-level keys, for messages about them (e.g. "plugins").
     positions: Mapping[str, Position] = field(default_factory=lambda: MappingProxyType({}))

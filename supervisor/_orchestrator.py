@@ -29,6 +29,7 @@ from ._status import ExitStatus
 from ._timeline import Timeline
 from ._units import PIPE_RELAY, format_duration, signal_name
 from .config import Config, start_levels
+from .control.service import Services
 from .runtime import SupervisedProcess
 from .runtime.output import install_std_streams
 
@@ -115,16 +116,21 @@ class Orchestrator:
         self.timeline: Timeline | None = None
         self._events_nursery: trio.Nursery | None = None
         self._start_up_scope: trio.CancelScope | None = None
+        # Control socket, health checks, probe listener (supervisor/control).
+        self.services = Services(self, fail=self._fail)
 
     # -- the program ----------------------------------------------------------
 
     async def run(self) -> int:
         self.timeline = Timeline(on_step=lambda step: self.status.phase(step.describe()))
-        self.host.bind(self.config, self.processes, self.timeline, self.main_exited)
+        self.host.bind(self.config, self.processes, self.timeline, self.main_exited, board=self.services.board)
         async with trio.open_nursery() as root:
             self._events_nursery = root
             with trio.open_signal_receiver(*ORCHESTRATOR_SIGNALS) as signals:
                 async with trio.open_nursery() as supervised:
+                    # Up before any process starts, so that `supervisor
+                    # status` works during start-up; ends with the root.
+                    await root.start(self.services.run, supervised)
                     # A main process started before trio (cli.prespawn_main)
                     # is taken under supervision before any signal is
                     # handled, so that signals reach it and a stop finds it.
@@ -139,6 +145,7 @@ class Orchestrator:
                     await self._start_up(supervised)
                     background = trio.CancelScope()
                     root.start_soon(self._run_background, background)
+                    root.start_soon(self.services.run_checks, self.shutdown_requested)
                     await self.shutdown_requested.wait()
                     background.cancel()
                     await self._shut_down()

@@ -29,6 +29,7 @@ from ._context import Context, ProcessInfo
 from ._deadline import Deadline
 from ._timeline import Timeline
 from .config import Config, ConfigError, Problem, Settings
+from .health.board import Board
 from .hookspec import SKIP
 
 __all__ = ["ENTRY_POINT_GROUP", "PluginHost"]
@@ -248,9 +249,15 @@ class PluginHost:
     # ------------------------------------------------------------------
 
     def bind(
-        self, config: Config, processes: Mapping[str, ProcessInfo], timeline: Timeline, main_exited: trio.Event
+        self,
+        config: Config,
+        processes: Mapping[str, ProcessInfo],
+        timeline: Timeline,
+        main_exited: trio.Event,
+        board: Board | None = None,
     ) -> None:
-        """Create each enabled plugin's Context, once the processes exist."""
+        """Create each enabled plugin's Context, once the processes exist;
+        ``board`` takes what plugins report (``ctx.report_health``)."""
         for name, plugin in self.enabled.items():
             self.contexts[name] = Context(
                 plugin=name,
@@ -260,6 +267,7 @@ class PluginHost:
                 processes=processes,
                 timeline=timeline,
                 main_exited=main_exited,
+                board=board,
             )
 
     def implementations(self, hook_name: str) -> list[pluggy.HookImpl]:

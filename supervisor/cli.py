@@ -101,7 +101,8 @@ def _run_parser() -> _Parser:
     parser = _Parser(
         prog=PROG,
         usage=f"{PROG} [run] [OPTIONS] [-- COMMAND [ARG...]]\n       {PROG} check [-c FILE]\n"
-        f"       {PROG} plugins\n       {PROG} --version",
+        f"       {PROG} plugins\n       {PROG} status [-o json] | start|stop|restart NAME... | signal NAME SIGNAL\n"
+        f"       {PROG} logs [NAME] [-n N] [-f] | health [--level alive|ready]\n       {PROG} --version",
         description="A PID 1 for containers: runs COMMAND and the processes of a YAML "
         "configuration, reaps zombies, forwards signals, and turns SIGTERM into a graceful "
         "shutdown plan that finishes inside the grace period.",
@@ -336,6 +337,14 @@ def _config_error(exc: Exception) -> int:
 
 def main(args: Sequence[str]) -> int:
     """Entry for everything but ``run`` (the init layer routes those here)."""
+    from .control.protocol import COMMANDS
+
+    if args and args[0] in COMMANDS:
+        # The control socket's client: no plugin scan, no trio, so that
+        # `kubectl exec POD -- supervisor status` answers at once.
+        from .control.client import main as control_main
+
+        return control_main(args)
     from ._pluginhost import PluginHost
     from .config import ConfigError
 

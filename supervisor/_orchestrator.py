@@ -111,6 +111,8 @@ class Orchestrator:
         self.main_exited = trio.Event()
         self.shutdown_requested = trio.Event()
         self.shutdown: ShutdownRequest | None = None
+        # Signals (received, to deliver) that came before the main process ran.
+        self._queued_signals: list[tuple[int, int]] = []
         self.deadline: Deadline | None = None
         self.failure: str | None = None
         self.timeline: Timeline | None = None
@@ -254,6 +256,13 @@ class Orchestrator:
         self._forward(signo, target)
 
     def _forward(self, received: int, target: int) -> None:
+        if self.main is not None and not self.main.ever_started and not self.shutdown_requested.is_set():
+            # The main process is not running yet (start-up): keep the signal
+            # and deliver it once it runs, in order, as tini and dumb-init
+            # would have (they start it before they look at signals).
+            log.debug("received %s before %s runs: queued", signal_name(received), self.main.name)
+            self._queued_signals.append((received, target))
+            return
         recipients = [self.main] if self.main else list(self.processes.values())
         rewritten = f" as {signal_name(target)}" if target != received else ""
         for process in recipients:
@@ -275,6 +284,10 @@ class Orchestrator:
 
     def process_started(self, process: SupervisedProcess) -> None:
         self._fire("supervisor_process_started", process=process)
+        if process is self.main and self._queued_signals:
+            queued, self._queued_signals = self._queued_signals, []
+            for received, target in queued:
+                self._forward(received, target)
 
     def process_exited(self, process: SupervisedProcess, status: ExitStatus, will_restart: bool) -> None:
         self._fire("supervisor_process_exited", process=process, status=status)

@@ -15,10 +15,10 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from . import __version__
 from ._units import FORWARDABLE_SIGNALS, parse_duration, parse_signal, signal_name
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["RunOptions", "main", "run_main"]
 
 USAGE_ERROR = 2
+T = TypeVar("T")
 PROG = "supervisor"
 
 
@@ -60,11 +61,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _argument(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse type from a parser that raises ValueError with the whole story."""
+
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+_duration = _argument(parse_duration)
+_signal = _argument(parse_signal)
 
 
 def _rewrite(text: str) -> tuple[int, int]:
@@ -88,13 +98,6 @@ def _exit_code(text: str) -> int:
     if not text.isdigit() or int(text) > 255:
         raise argparse.ArgumentTypeError(f"invalid exit code {text!r}: use a number from 0 to 255")
     return int(text)
-
-
-def _signal(text: str) -> int:
-    try:
-        return parse_signal(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _run_parser() -> _Parser:

@@ -107,7 +107,10 @@ def _parse_check(
     on_failure = cast(HealthAction, section.string("on_failure", default_action, choices=ACTIONS))
     ok = _valid_name(section, name) and _valid_times(section, period, timeout)
     if not kinds:
-        section.error(None, "needs one of " + ", ".join(CHECK_KINDS))
+        # A misspelt or readiness-only kind (file:) is already reported as
+        # an unknown key: no second problem for the same mistake.
+        if all(key in allowed for key in section.keys()):
+            section.error(None, "needs one of " + ", ".join(CHECK_KINDS))
         return None
     if len(kinds) > 1:
         section.error_at_key(kinds[1], f"{section.path}: only one probe per check, got {' and '.join(kinds)}")

@@ -11,6 +11,7 @@ that cannot be reached, 2 for a usage mistake (as everywhere in this CLI);
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -81,7 +82,9 @@ class ControlClient:
         sock = self._connect()
         with sock:
             try:
-                sock.sendall((json.dumps(request) + "\n").encode())
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    # (Refused: the answer saying why is still there to read.)
+                    sock.sendall((json.dumps(request) + "\n").encode())
                 with sock.makefile("rb") as answers:
                     for raw in answers:
                         message = json.loads(raw)

@@ -116,6 +116,10 @@ class ControlServer:
         uid = _peer_uid(stream.socket)
         if uid is None or not peer_allowed(uid, self._uid):
             log.warning("control socket: refused a client of uid %s", uid)
+            # Its request is read (and ignored) first: closing with unread
+            # data would reset the connection, and the client would lose the
+            # answer that tells it why.
+            await _read_request(stream)
             await send(
                 _error(f"permission denied: only root and uid {self._uid} may use this socket (you are uid {uid})")
             )

@@ -115,8 +115,10 @@ class Operations:
             "restarts": process.restarts,
             # (A restart decided but still in its backoff is not counted yet.)
             "restarts_in_window": min(process.restarts, tracker.in_window(trio.current_time())) if tracker else 0,
-            "last_exit": str(status) if status is not None and not process.running else None,
-            "exit_code": status.exit_code if status is not None and not process.running else None,
+            # How the last run that ended ended: for a process running
+            # again, the crash it was restarted after.
+            "last_exit": str(status) if status is not None else None,
+            "exit_code": status.exit_code if status is not None else None,
             "readiness": _readiness(process),
             "checks": [
                 {"name": check.name, "up": check.up, "failures": check.failures, "detail": check.detail}
@@ -206,7 +208,7 @@ class Operations:
     async def _restart_one(self, process: SupervisedProcess) -> str:
         if not process.state.final:
             await self._stop_one(process)
-        return await self._start_one(process)
+        return (await self._start_one(process)).replace(" started ", " restarted ", 1)
 
     def _refuse_pending(self, processes: Sequence[SupervisedProcess]) -> None:
         for process in processes:

@@ -48,7 +48,7 @@ def test_status_rows_follow_start_crash_restart_and_stop(tmp_path: Path) -> None
         flaky, worker, app = row(answer, "flaky"), row(answer, "worker"), row(answer, "app")
         # The crash on the first run is in the row: one restart, its exit status.
         assert flaky["restarts"] == 1 and flaky["restarts_in_window"] == 1
-        assert flaky["last_exit"] is None  # running again: no "last exit" of this run
+        assert flaky["last_exit"] == "exited with code 3" and flaky["exit_code"] == 3  # the crash
         assert app["main"] and app["readiness"] == "ready" and isinstance(app["pid"], int)
         assert worker["uptime"] is not None and answer["ready"] and answer["alive"]
         assert answer["shutdown"] is None
@@ -73,6 +73,7 @@ def test_status_rows_follow_start_crash_restart_and_stop(tmp_path: Path) -> None
         # restart of a helper leaves the main process alone.
         result = ctl(sup, "restart", "flaky")
         assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("flaky restarted (pid")
         after = status(sup)
         assert row(after, "flaky")["pid"] not in (None, flaky["pid"])
         assert row(after, "app")["pid"] == app["pid"] and row(after, "app")["state"] == "running"

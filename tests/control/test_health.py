@@ -56,7 +56,7 @@ def test_a_failing_check_restarts_its_process_through_the_backoff(tmp_path: Path
         sup.wait_for(r"restarting web in \d+ms")
         again = wait_status(sup, lambda a: row(a, "web")["restarts"] == 1 and row(a, "web")["state"] == "running")
         assert row(again, "web")["pid"] != row(first, "web")["pid"]
-        assert row(again, "web")["last_exit"] is None
+        assert row(again, "web")["last_exit"] == "killed by SIGTERM (exit code 143)"  # ended by the check
         assert row(again, "app")["pid"] == app_pid
         # Still failing: restarted until the backoff's limit, then failed for good.
         failed = wait_status(sup, lambda a: row(a, "web")["state"] == "failed", timeout=30)

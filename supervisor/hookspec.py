@@ -32,6 +32,30 @@ How hooks run
   out of the timeline.
 * ``ctx`` (``supervisor.Context``) is your plugin's view: its parsed settings,
   a logger named after it, the supervised processes, the timeline.
+
+Status lines and health checks
+------------------------------
+A plugin shows up in ``supervisor status`` and in the pod's health through
+two ``Context`` methods, callable from any hook (on trio's thread; from a
+plain ``def`` hook's worker thread, go through ``trio.from_thread.run_sync``).
+The built-in health checks report to the same board, so ``status``,
+``supervisor health``, ``/livez``, ``/readyz`` and ``/metrics`` agree:
+
+``ctx.set_status(text)``
+    ``text``: this plugin's one line under the status table ("guests: 3
+    running, 1 shutting down", "drain: 2 of 5 endpoints left"); newlines are
+    folded into spaces; None or ``""`` removes the line.  Call it whenever
+    the state changes; it costs a dictionary update.
+
+``ctx.report_health(name, *, ok, level="ready", detail="")``
+    ``name``: the check, shown as ``PLUGIN.NAME``.  ``ok``: its verdict now;
+    it counts at once, so apply any threshold of your own before reporting a
+    failure.  ``level``: ``"ready"`` (a failing check fails ``/readyz`` and
+    ``supervisor health``: the Service stops sending traffic) or ``"alive"``
+    (fails ``/livez``: the kubelet restarts the container — only for a state
+    the supervisor cannot recover from).  ``detail``: why, in a few words;
+    shown in ``status`` and in the probes' answer.  Report again when the
+    verdict changes; the last report stands.
 """
 
 from __future__ import annotations

@@ -58,7 +58,9 @@ class HealthMonitor:
         process = self.processes.get(check.process) if check.process else None
         spec = process.spec if process is not None else None
         env = {**os.environ, **spec.env} if spec is not None else None
-        probe = ReadyProbe(check.probe, env=env, cwd=spec.cwd if spec is not None else None)
+        probe = ReadyProbe(
+            check.probe, env=env, cwd=spec.cwd if spec is not None else None, probe_timeout=check.timeout
+        )
         state = self.board.checks[check.name]
         run: int | None = None
         while True:
@@ -81,7 +83,10 @@ class HealthMonitor:
             await trio.sleep(check.period)
 
     async def _probe_once(self, probe: ReadyProbe, check: HealthCheck) -> str | None:
-        with trio.move_on_after(check.timeout):
+        # Each kind of probe ends itself at check.timeout and says how;
+        # this scope only catches what might still linger (a thread's
+        # DNS lookup, say).
+        with trio.move_on_after(check.timeout + 0.5):
             return await probe.probe()
         return f"no answer within {format_duration(check.timeout)}"
 

@@ -76,6 +76,15 @@ def main() -> NoReturn:
     if args and not args[0].startswith("-") and args[0] != _RUN_COMMAND:
         # check, plugins, help, plugin subcommands: an ordinary program.
         signal.pthread_sigmask(signal.SIG_SETMASK, caller_mask)
+        from .control.protocol import COMMANDS
+
+        if args[0] in COMMANDS:
+            # supervisor status, health...: the control socket's client,
+            # without even the CLI module's imports (exec probes run it
+            # every few seconds).
+            from .control.client import main as control_main
+
+            sys.exit(control_main(args))
         from .cli import main as cli_main
 
         sys.exit(cli_main(args))

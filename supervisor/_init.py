@@ -375,9 +375,7 @@ class InitLayer:
         say what was left and where the shutdown was, then kill it all."""
         self.wall_hit = True
         left = self._survivors()
-        running = ", ".join(
-            "orchestrator" if p.pid == self.orchestrator else f"{p.comm}[{p.pid}]" for p in left
-        )
+        running = ", ".join("orchestrator" if p.pid == self.orchestrator else f"{p.comm}[{p.pid}]" for p in left)
         reached = self.phase or ("start-up" if self.reported_wall is None else "the shutdown's first step")
         self._say(
             ERROR,

@@ -348,9 +348,12 @@ class Orchestrator:
         header = f"shutdown timeline ({self.shutdown.reason}; {total:.3f}s of {format_duration(self.deadline.budget)})"
         if self.deadline.reasons:
             header += f"; deadline changed: {', '.join(self.deadline.reasons)}"
+        # Where PID 1 would have killed everything (see supervisor/_init.py).
+        wall = round(self.deadline.wall - self.deadline.started, 4)
         if self.config.log_format == "json":
-            log.info(header, extra={"fields": {"timeline": self.timeline.as_json()}})
+            log.info(header, extra={"fields": {"timeline": self.timeline.as_json(), "wall": wall}})
             return
         log.info(header)
         for line in self.timeline.render():
             log.info("  %s", line)
+        log.info("  +%7.3fs %s  wall: PID 1 kills what is left", wall, " " * 8)

@@ -120,13 +120,16 @@ def describe_ready(check: ReadyCheck) -> str:
 def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]:
     # Imported here: the Deadline's module imports trio, which loading a
     # configuration does not otherwise need.
-    from .. import _deadline
+    from .. import _deadline, _initpipe
 
     grace = config.grace_period
     reserve = _deadline.reserve_for(grace)
     g = format_duration(grace)
+    # The orchestrator escalates a margin before the wall, where PID 1 kills.
+    escalation = f"{round(grace - _initpipe.wall_margin(grace), 3):g}s"
     lines = [
-        f"Shutdown plan (grace period {g}; SIGKILL escalation at {g}; hooks end {format_duration(reserve)} before it)"
+        f"Shutdown plan (grace period {g}; SIGKILL escalation at {escalation}; "
+        f"hooks end {format_duration(reserve)} before it)"
     ]
     if "shutdown_started" in phases:
         lines.append(_row("shutdown_started", ", ".join(phases["shutdown_started"]), "[0s]"))
@@ -151,6 +154,7 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
     if not levels:
         lines.append("  (no processes to stop)")
     lines.append(_row("post_stop", ", ".join(phases.get("post_stop", [])) or "-"))
+    lines.append(_row("wall", f"PID 1 kills what is left (exit {_initpipe.WALL_EXIT_CODE})", f"[{g}]"))
     lines.append(_summary(offset, grace, draining))
     return lines
 

@@ -230,6 +230,9 @@ def build_config(options: RunOptions) -> Config:
             depends_on=tuple(p.name for p in config.processes),
             main=True,
             stop_signal=options.rewrite.get(signal.SIGTERM, signal.SIGTERM) or signal.SIGTERM,
+            # The command keeps the container's stdout and stderr, as under
+            # tini (supervisor/runtime/capture.py says why).
+            inherit_output=True,
         )
         config = replace(config, processes=(*config.processes, main))
     _check_privileges(config)

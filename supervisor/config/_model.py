@@ -107,6 +107,9 @@ class ProcessSpec:
     process_group: bool = True
     ready: ReadyCheck | None = None
     log_prefix: bool = False
+    # The command after `--`: its stdout and stderr are the supervisor's
+    # own, not pipes the supervisor reads (see supervisor/runtime/capture.py).
+    inherit_output: bool = False
     position: Position | None = None
 
 

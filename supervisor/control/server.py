@@ -20,6 +20,7 @@ from typing import Any
 
 import trio
 
+from ..runtime.capture import captured
 from .logs import LogLine, LogRing
 from .operations import ControlError, Operations
 from .protocol import MAX_REQUEST, peer_allowed, prepare_directory
@@ -169,7 +170,12 @@ class ControlServer:
         if name is not None:
             if not isinstance(name, str):
                 raise ControlError('"name" must be a process name')
-            self.operations.lookup([name])
+            (process,) = self.operations.lookup([name])
+            if not captured(process.spec):
+                raise ControlError(
+                    f"{name}'s output is not captured: it writes to the container's stdout and stderr directly "
+                    "(a command after --, or a terminal); see kubectl logs, or run it from the configuration file"
+                )
         count = request.get("lines", _DEFAULT_LINES)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise ControlError('"lines" must be a number of lines, 0 or more')

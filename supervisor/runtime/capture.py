@@ -1,19 +1,23 @@
-"""Every child's output through a pipe: passed on unchanged, and seen line
-by line by the observers (``supervisor logs`` keeps the recent ones).
+"""Every configured process's output through a pipe: passed on unchanged,
+and seen line by line by the observers (``supervisor logs`` keeps the
+recent ones).
 
-Which processes: all of them, but for a main process whose stdout is a
-terminal — an interactive ``supervisor -- bash`` keeps its terminal (line
-editing, colours, ``isatty``), and its lines are not in ``supervisor logs``.
-That includes the main process of a plain ``supervisor -- COMMAND``, which
-is started before trio is imported: its pipes are made then, and the
-kernel's pipe buffer (64 KiB) holds what it writes until the orchestrator's
-pump starts, some 100 ms later.
+Which processes: every process of the YAML file (the main one too), and
+any process with ``log_prefix``.  Not the command given after ``--``: it
+keeps the supervisor's own stdout and stderr, exactly as under tini or
+dumb-init, for three reasons.  A pipe has a reader only while the
+orchestrator lives, so a daemon the command leaves behind would die of
+SIGPIPE on its first line during the final sweep (its cleanup lost); an
+interactive ``supervisor -- bash`` needs the terminal itself (line editing,
+``isatty``); and a drop-in init should not put a hop between a chatty app
+and its log collector.  Nor a main process whose stdout is a terminal,
+for the second reason.  Such output is not in ``supervisor logs``, which
+says so (and ``kubectl logs`` has it).
 
 Without ``log_prefix`` the bytes go out as they came, chunk by chunk, so a
-prompt or a progress bar without a newline is not held back.  The cost of
-reading through the supervisor: a descendant that outlives the run it
-belongs to (a daemon that kept the descriptors) loses its output once the
-run has ended and the pipe is closed; it should log elsewhere.
+prompt or a progress bar without a newline is not held back.  A
+descendant that outlives its run and keeps the descriptors has the same
+problem as above once the run's pipe is closed; it should log elsewhere.
 """
 
 from __future__ import annotations
@@ -36,7 +40,11 @@ _PIECE = 8192
 
 def captured(spec: ProcessSpec) -> bool:
     """Whether ``spec``'s stdout and stderr are pipes the supervisor reads."""
-    if spec.log_prefix or not spec.main:
+    if spec.log_prefix:
+        return True
+    if spec.inherit_output:
+        return False
+    if not spec.main:
         return True
     try:
         return not os.isatty(1)

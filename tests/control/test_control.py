@@ -201,11 +201,31 @@ def test_logs_keep_a_bounded_ring_per_process_also_without_log_prefix(tmp_path: 
             follow.kill()
 
 
-def test_logs_of_a_plain_command_started_before_trio(tmp_path: Path) -> None:
-    with Supervisor(["--", "sh", "-c", "echo early bird; exec sleep 60"]) as sup:
+def test_logs_of_a_main_process_started_before_trio(tmp_path: Path) -> None:
+    # No dependencies, no plugins: spawned before trio is imported, its
+    # pipes made then.
+    config = write_config(
+        tmp_path,
+        """
+        processes:
+          - name: app
+            main: true
+            command: ["sh", "-c", "echo early bird; exec sleep 60"]
+        """,
+    )
+    with Supervisor(["-c", config]) as sup:
         sup.wait_for("^early bird$", stream="stdout")
+        wait_status(sup, lambda a: row(a, "app")["state"] == "running")
+        assert ctl(sup, "logs", "app").stdout.splitlines() == ["early bird"]
+
+
+def test_the_command_after_dashes_keeps_the_containers_output(tmp_path: Path) -> None:
+    with Supervisor(["--", "sh", "-c", "echo plain; exec sleep 60"]) as sup:
+        sup.wait_for("^plain$", stream="stdout")
         wait_status(sup, lambda a: row(a, "sh")["state"] == "running")
-        assert ctl(sup, "logs", "sh").stdout.splitlines() == ["early bird"]
+        line = one_line_error(ctl(sup, "logs", "sh"))
+        assert line.startswith("supervisor logs: sh's output is not captured: it writes to the container's stdout")
+        assert ctl(sup, "logs").stdout == ""
 
 
 def test_status_shows_the_shutdown_and_the_deadline_left(tmp_path: Path) -> None:
@@ -278,3 +298,20 @@ def test_the_socket_refuses_a_client_of_another_uid(shared_dir: Path) -> None:
         # Root still gets in.
         assert ctl(sup, "status").returncode == 0
         sup.wait_for("refused a client of uid 65534")
+
+
+def test_the_client_imports_neither_trio_nor_the_cli_module() -> None:
+    """`supervisor status` and `health` (exec probes) start fast: stdlib only."""
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.argv = ['supervisor', 'health', '--socket', '/nonexistent/control.sock']\n"
+        "from supervisor._init import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "heavy = [m for m in ('trio', 'pluggy', 'yaml', 'supervisor.cli', 'supervisor.config') if m in sys.modules]\n"
+        "print(code, heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout == "1 []\n", result
+    assert result.stderr.startswith("supervisor health: no control socket at /nonexistent/control.sock")

@@ -94,14 +94,16 @@ def test_restart_on_failure_with_backoff(tmp_path: Path) -> None:
 def test_restart_never_with_on_failure_ignore_leaves_it_failed(tmp_path: Path) -> None:
     config = _write(
         tmp_path,
-        """
+        f"""
         processes:
           - name: helper
-            command: ["sh", "-c", "exit 3"]
+            command: ["sh", "-c", "touch {tmp_path}/helper-ran; exit 3"]
             on_failure: ignore
           - name: app
             main: true
-            command: ["sh", "-c", "sleep 0.5; exit 0"]
+            # Outlives the helper by 0.5 s whenever the helper starts: the
+            # app may be spawned before the orchestrator runs at all.
+            command: ["sh", "-c", "while [ ! -e {tmp_path}/helper-ran ]; do sleep 0.02; done; sleep 0.5; exit 0"]
     """,
     )
     status, sup = run(["-c", config])

@@ -8,7 +8,6 @@ running (the kernel kills the namespace when its init dies).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -180,19 +179,3 @@ def pid_alive(pid: int) -> bool:
         return False
     return state != "Z"
 
-
-@contextlib.contextmanager
-def busy_cores(count: int | None = None) -> Iterator[None]:
-    """Keep every core busy with ``yes > /dev/null`` processes of our own,
-    as on a shared machine, and stop exactly those afterwards."""
-    hogs = [
-        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        for _ in range(count or 2 * (os.cpu_count() or 2))
-    ]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-        for hog in hogs:
-            hog.wait()

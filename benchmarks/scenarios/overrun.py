@@ -12,17 +12,14 @@ benchmark's own (reported beside it).  Only the supervisor has hooks.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import subprocess
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from .._bench import Bench
 from .._results import Figure, Row, Target
-from .._sandbox import SandboxError
+from .._sandbox import SandboxError, busy_cores
 
 __all__ = ["overrun"]
 
@@ -76,21 +73,6 @@ def _site(directory: Path) -> Path:
     return site
 
 
-@contextlib.contextmanager
-def _busy() -> Iterator[None]:
-    hogs = [
-        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        for _ in range(2 * (os.cpu_count() or 2))
-    ]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-        for hog in hogs:
-            hog.wait()
-
-
 def overrun(bench: Bench) -> list[Row]:
     grace = 1.0 if bench.smoke else 3.0
     site = _site(bench.scratch("overrun-site"))
@@ -98,7 +80,7 @@ def overrun(bench: Bench) -> list[Row]:
     for load, target in (("idle", Target("≤ 100 ms", 100.0)), ("loaded", Target("reported", None))):
         overruns: dict[str, float] = {}
         problems: list[str] = []
-        with _busy() if load == "loaded" else contextlib.nullcontext():
+        with busy_cores() if load == "loaded" else contextlib.nullcontext():
             for stall in _STALLS:
                 bench.say(f"  supervisor, {stall}, {load}")
                 try:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pid1 import SUPERVISOR, UNSHARE, Supervisor, busy_cores, pid_alive, run, wait_until
+from benchmarks._sandbox import busy_cores
+from tests.pid1 import SUPERVISOR, UNSHARE, Supervisor, pid_alive, run, wait_until
 
 PY = sys.executable
 GRACE = 3.0
@@ -243,6 +244,40 @@ def test_stdout_nobody_reads_does_not_stall_the_shutdown(tmp_path: Path, load: s
     assert _killed_by_one_of_us(stderr), output
 
 
+def test_stdout_and_stderr_nobody_reads_do_not_stall_pid1(tmp_path: Path, site: Path, load: str) -> None:
+    # Both streams stuck, and a hook that only the wall ends: PID 1's own
+    # line at the wall goes to a full pipe and must not block it.
+    chatty = (
+        "import signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "while True: print('x' * 200, file=sys.stderr, flush=True)"
+    )
+    config = _config(tmp_path, "spinning", chatty, log_prefix=True)
+    read_end, write_end = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [*UNSHARE, SUPERVISOR, "-c", config],
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=write_end,
+            env={**os.environ, **_env(site)},
+        )
+        os.close(write_end)
+        wait_until(lambda: _pipe_full(read_end), timeout=20)
+        pid = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+        wait_until(lambda: Path(f"/proc/{pid}/task/{pid}/children").read_text().strip(), timeout=20)
+        sent = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        code = proc.wait(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        os.close(read_end)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == WALL_EXIT
+    assert took < BOUND, took
+
+
 def _pipe_full(fd: int) -> bool:
     import fcntl
     import termios
@@ -297,26 +332,22 @@ def test_not_pid1_the_wall_kills_every_descendant(tmp_path: Path, site: Path) ->
     assert not any(pid_alive(pid) for pid in pids), sup.output
 
 
-def test_plugin_that_fails_to_import_is_one_line_and_exit_2(tmp_path: Path, site: Path) -> None:
+@pytest.mark.parametrize(
+    ("plugin", "message"),
+    [
+        ("broken", "plugin 'broken' failed to load: ImportError: this plugin is broken on purpose$"),
+        ("nosuchplugin", r"plugin 'nosuchplugin' is not installed \(installed: "),
+    ],
+)
+def test_a_plugin_that_cannot_load_is_one_line_and_exit_2_before_anything_starts(
+    tmp_path: Path, site: Path, plugin: str, message: str
+) -> None:
     marker = tmp_path / "started"
-    config = _config(tmp_path, "broken", f"open({str(marker)!r}, 'w')")
+    config = _config(tmp_path, plugin, f"open({str(marker)!r}, 'w')")
     with Supervisor(["-c", config], env=_env(site)) as sup:
         assert sup.wait() == 2
     assert len(sup.stderr_lines) == 1, sup.output
-    assert re.fullmatch(
-        rf"{re.escape(config)}:\d+:\d+: plugin 'broken' failed to load: ImportError: this plugin is broken on purpose",
-        sup.stderr_lines[0],
-    ), sup.output
-    assert not marker.exists()
-
-
-def test_plugin_not_installed_is_one_line_and_exit_2_before_anything_starts(tmp_path: Path, site: Path) -> None:
-    marker = tmp_path / "started"
-    config = _config(tmp_path, "nosuchplugin", f"open({str(marker)!r}, 'w')")
-    with Supervisor(["-c", config], env=_env(site)) as sup:
-        assert sup.wait() == 2
-    assert len(sup.stderr_lines) == 1, sup.output
-    assert re.match(rf"{re.escape(config)}:\d+:\d+: plugin 'nosuchplugin' is not installed", sup.stderr_lines[0])
+    assert re.match(rf"{re.escape(config)}:\d+:\d+: {message}", sup.stderr_lines[0]), sup.output
     assert not marker.exists()
 
 

@@ -109,7 +109,7 @@ def _parse_check(
     if not kinds:
         # A misspelt or readiness-only kind (file:) is already reported as
         # an unknown key: no second problem for the same mistake.
-        if all(key in allowed for key in section.keys()):
+        if set(section.keys()) <= set(allowed):
             section.error(None, "needs one of " + ", ".join(CHECK_KINDS))
         return None
     if len(kinds) > 1:

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,42 +207,12 @@ def test_stdout_nobody_reads_does_not_stall_the_shutdown(tmp_path: Path, load: s
     # A log collector that stopped reading: the supervisor's stdout is a
     # pipe that fills up, and the main process writes a lot through it.
     chatty = (
-        "import signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        "print('ready', file=sys.stderr, flush=True)\n"
-        "while True: print('x' * 200, flush=True)"
+        "import signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: print('x' * 200, flush=True)"
     )
-    config = _config(tmp_path, None, chatty, log_prefix=True)
-    read_end, write_end = os.pipe()
-    try:
-        proc = subprocess.Popen(
-            [*UNSHARE, SUPERVISOR, "-c", config],
-            stdin=subprocess.DEVNULL,
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-        )
-        os.close(write_end)
-        assert proc.stderr is not None
-        stderr: list[str] = []
-        for raw in proc.stderr:
-            stderr.append(raw.decode(errors="replace"))
-            if "[app] ready" in stderr[-1]:
-                break
-        wait_until(lambda: _pipe_full(read_end), timeout=20)
-        pid = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
-        sent = time.monotonic()
-        os.kill(pid, signal.SIGTERM)
-        stderr.extend(raw.decode(errors="replace") for raw in proc.stderr)
-        code = proc.wait(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        os.close(read_end)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    output = "".join(stderr)
+    code, took, output = _with_stuck_output(_config(tmp_path, None, chatty, log_prefix=True), {}, stderr_too=False)
     assert code == WALL_EXIT, output
     assert took < BOUND, (took, output)
-    assert _killed_by_one_of_us(stderr), output
+    assert _killed_by_one_of_us(output.splitlines()), output
 
 
 def test_stdout_and_stderr_nobody_reads_do_not_stall_pid1(tmp_path: Path, site: Path, load: str) -> None:
@@ -252,19 +223,32 @@ def test_stdout_and_stderr_nobody_reads_do_not_stall_pid1(tmp_path: Path, site: 
         "while True: print('x' * 200, file=sys.stderr, flush=True)"
     )
     config = _config(tmp_path, "spinning", chatty, log_prefix=True)
+    code, took, _ = _with_stuck_output(config, _env(site), stderr_too=True)
+    assert code == WALL_EXIT
+    assert took < BOUND, took
+
+
+def _with_stuck_output(config: str, env: dict[str, str], *, stderr_too: bool) -> tuple[int, float, str]:
+    """Run the CLI as PID 1 with stdout (and stderr) a pipe nobody reads;
+    SIGTERM once the pipe is full.  Returns the exit status, the time from
+    SIGTERM to the exit, and stderr (when it was read)."""
     read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [*UNSHARE, SUPERVISOR, "-c", config],
+        stdin=subprocess.DEVNULL,
+        stdout=write_end,
+        stderr=write_end if stderr_too else subprocess.PIPE,
+        env={**os.environ, **env},
+    )
+    os.close(write_end)
+    lines: list[str] = []
+    if proc.stderr is not None:
+        stream = proc.stderr
+        reader = threading.Thread(target=lambda: lines.extend(r.decode(errors="replace") for r in stream))
+        reader.start()
     try:
-        proc = subprocess.Popen(
-            [*UNSHARE, SUPERVISOR, "-c", config],
-            stdin=subprocess.DEVNULL,
-            stdout=write_end,
-            stderr=write_end,
-            env={**os.environ, **_env(site)},
-        )
-        os.close(write_end)
         wait_until(lambda: _pipe_full(read_end), timeout=20)
         pid = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
-        wait_until(lambda: Path(f"/proc/{pid}/task/{pid}/children").read_text().strip(), timeout=20)
         sent = time.monotonic()
         os.kill(pid, signal.SIGTERM)
         code = proc.wait(timeout=30)
@@ -274,8 +258,9 @@ def test_stdout_and_stderr_nobody_reads_do_not_stall_pid1(tmp_path: Path, site: 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert code == WALL_EXIT
-    assert took < BOUND, took
+        if proc.stderr is not None:
+            reader.join(10)
+    return code, took, "".join(lines)
 
 
 def _pipe_full(fd: int) -> bool:

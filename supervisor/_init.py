@@ -352,10 +352,15 @@ class InitLayer:
             self._pipe_buffer += data
         *lines, self._pipe_buffer = self._pipe_buffer.split(b"\n")
         for raw in lines:
-            with contextlib.suppress(ValueError):
-                self._on_report(raw.decode(errors="replace"))
+            self._on_report(raw.decode(errors="replace"))
 
     def _on_report(self, line: str) -> None:
+        """One report; a garbled one is ignored (the wall never depends on
+        the orchestrator alone)."""
+        with contextlib.suppress(ValueError):
+            self._apply_report(line)
+
+    def _apply_report(self, line: str) -> None:
         kind, _, value = line.partition(" ")
         if kind == "grace":
             self.grace = float(value)

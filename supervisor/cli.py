@@ -110,6 +110,7 @@ def _run_parser() -> _Parser:
         "configuration, reaps zombies, forwards signals, and turns SIGTERM into a graceful "
         "shutdown plan that finishes inside the grace period.",
         epilog="Exit status: the main process's exit code, 128+N if signal N killed it, "
+        "137 also when the grace period ran out and PID 1 killed what was left, "
         "127 command not found, 126 not executable, 70 a supervised process failed, "
         "2 usage or configuration error.",
         add_help=False,
@@ -121,7 +122,8 @@ def _run_parser() -> _Parser:
         "--grace-period",
         metavar="DURATION",
         type=_duration,
-        help="the whole shutdown budget before SIGKILL (default 30s, or the file's grace_period); "
+        help="the whole shutdown budget, a hard wall: then PID 1 kills what is left "
+        "(default 30s, or the file's grace_period); "
         "30, 30s, 500ms, 1.5s, 2m",
     )
     parser.add_argument(

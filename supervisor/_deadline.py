@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import trio
 
-__all__ = ["Deadline", "reserve_for"]
+__all__ = ["Deadline", "reserve_for", "trio_now"]
 
 # Hooks stop this long before the escalation moment so that the plan can
 # still deliver stop signals and SIGKILL itself.  10% of the budget, at most
@@ -30,7 +30,7 @@ def reserve_for(budget: float) -> float:
     return min(_RESERVE_MAX, budget * _RESERVE_FRACTION)
 
 
-def _now() -> float:
+def trio_now() -> float:
     """trio's clock, also from a worker thread (a plain ``def`` hook runs in
     one and may call ``shorten()``)."""
     try:
@@ -94,18 +94,18 @@ class Deadline:
 
     @property
     def expired(self) -> bool:
-        return _now() >= self._at
+        return trio_now() >= self._at
 
     def remaining(self) -> float:
         """Seconds until escalation to SIGKILL."""
-        return max(0.0, self._at - _now())
+        return max(0.0, self._at - trio_now())
 
     def remaining_for_hooks(self) -> float:
         """Seconds a hook may still use: up to the escalation moment less the reserve."""
-        return max(0.0, self._at - self.reserve - _now())
+        return max(0.0, self._at - self.reserve - trio_now())
 
     def elapsed(self) -> float:
-        return _now() - self.started
+        return trio_now() - self.started
 
     def announce(self) -> None:
         """Tell ``on_wall`` where the wall is now."""

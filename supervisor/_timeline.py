@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import trio
 
+from ._deadline import trio_now
+
 __all__ = ["Outcome", "Step", "Timeline"]
 
 Outcome = str
@@ -67,7 +69,8 @@ class Timeline:
         for anything other than ``ok``; a cancellation is recorded as
         ``cancelled`` (or ``timeout`` if the block set it) and an exception as
         ``error``, and both propagate unchanged."""
-        record = Step(phase=phase, name=name, start=trio.current_time() - self.origin, plugin=plugin)
+        # trio_now: also from a plain def hook's worker thread.
+        record = Step(phase=phase, name=name, start=trio_now() - self.origin, plugin=plugin)
         self.steps.append(record)
         if self.on_step is not None:
             self.on_step(record)
@@ -82,7 +85,7 @@ class Timeline:
                 record.detail = record.detail or f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            record.duration = trio.current_time() - self.origin - record.start
+            record.duration = trio_now() - self.origin - record.start
 
     def discard(self, step: Step) -> None:
         """Forget a step that turned out to be nothing worth showing."""

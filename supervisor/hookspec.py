@@ -17,7 +17,14 @@ How hooks run
 * Every hook except ``supervisor_configure`` and ``supervisor_add_commands``
   may be ``async def`` or plain ``def``.  The host runs one trio task per
   implementation, all implementations of a hook concurrently in one nursery.
-  Blocking I/O belongs in ``trio.to_thread.run_sync`` with a timeout of its own.
+  A plain ``def`` runs in a worker thread, so blocking I/O in it (a
+  synchronous HTTP client, ``time.sleep``) never freezes the supervisor; when
+  its time is up the thread is abandoned, not waited for.  From such a thread,
+  ``deadline`` and ``ctx.timeline`` may be used directly; other trio calls go
+  through ``trio.from_thread.run_sync``.  An ``async def`` runs on the event
+  loop: blocking I/O there belongs in ``trio.to_thread.run_sync``, and one
+  that never yields (a CPU loop) holds everything up until PID 1 kills the
+  container at the end of the grace period.
 * An exception, a hang or a timeout in one implementation is logged with the
   plugin's name and recorded in the timeline; it never stops the other
   implementations, the shutdown, or PID 1.  Raise freely.

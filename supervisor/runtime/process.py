@@ -186,6 +186,7 @@ class SupervisedProcess:
         # A new supervision (the first, or `supervisor start` after a stop)
         # starts with no stop pending and a fresh backoff sequence.
         self._stop_requested = trio.Event()
+        self._restart_requested = False  # (one a stop overtook is void)
         self.tracker = tracker = RestartTracker(self.spec.backoff)
         first = True
         while True:

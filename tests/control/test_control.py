@@ -4,10 +4,12 @@ namespace: status rows, start/stop/restart/signal, logs, and every bad input."""
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import stat
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -315,3 +317,34 @@ def test_the_client_imports_neither_trio_nor_the_cli_module() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout == "1 []\n", result
     assert result.stderr.startswith("supervisor health: no control socket at /nonexistent/control.sock")
+
+
+def test_logs_follow_prints_new_lines_as_they_come(tmp_path: Path) -> None:
+    poke = tmp_path / "poke"
+    config = write_config(
+        tmp_path,
+        f"""
+        processes:
+          - name: ticker
+            main: true
+            command: ["sh", "-c", "echo old; while :; do [ -e {poke} ] && rm {poke} && echo new; sleep 0.05; done"]
+        """,
+    )
+    with Supervisor(["-c", config]) as sup:
+        sup.wait_for("^old$", stream="stdout")
+        follow = subprocess.Popen(
+            [SUPERVISOR, "logs", "ticker", "-f", "-n", "1"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "SUPERVISOR_SOCKET": sup.socket},
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in follow.stdout or ()], daemon=True).start()
+        try:
+            assert lines.get(timeout=15) == "old\n"  # the backlog first
+            for _ in range(2):
+                poke.touch()
+                assert lines.get(timeout=15) == "new\n"
+        finally:
+            follow.kill()
+            follow.wait()

@@ -157,8 +157,19 @@ def test_child_ignoring_sigterm_is_killed_at_the_deadline() -> None:
     with Supervisor(["--grace-period", "1s", "--log-format", "json", "--", PY, "-c", IGNORE_TERM]) as sup:
         sup.wait_for("^ready$", stream="stdout")
         sup.signal(signal.SIGTERM)
+        sent = time.monotonic()
         assert sup.wait() == 137
+        took = time.monotonic() - sent
     records = sup.json_records()
+    walls = [r for r in records if "over: SIGKILL to" in str(r["message"])]
+    if walls:
+        # On a machine too loaded for the orchestrator to escalate (1 s
+        # grace: 10 ms before the wall) and log in time — or even to finish
+        # importing trio, with the main process started before it — PID 1
+        # killed it all at the wall; its one line says where things were.
+        assert len(walls) == 1 and walls[0]["phase"] in ("start-up", "stop python"), records
+        assert took < 2.5, took
+        return
     assert any("escalating: SIGKILL" in str(r["message"]) for r in records)
     timeline = next(r["timeline"] for r in records if "timeline" in r)
     stop = next(step for step in timeline if step["phase"] == "stop")

@@ -218,6 +218,8 @@ class InitLayer:
         self.second_signal_wall: float | None = None
         self.phase = ""
         self.wall_hit = False
+        # -p's signal, when the parent was gone before we could ask for it.
+        self._orphaned: int | None = None
 
     def _say(self, level: int, message: str, **fields: object) -> None:
         write(self.log, level, "supervisor.init", message, fields)
@@ -239,6 +241,8 @@ class InitLayer:
             os._exit(_orchestrator_child(self.args, write_end, self.inherited_fds))
         os.close(write_end)
         _wake_on_data(read_end)
+        if self._orphaned is not None:
+            self._act_on(self._orphaned, sender=0)
         self._supervise_orchestrator(read_end)
         if self.wall_hit:
             return WALL_EXIT_CODE
@@ -261,7 +265,7 @@ class InitLayer:
                 # is handled like one sent by hand (SIGTERM: a shutdown).
                 prctl.set_pdeathsig(signo)
                 if os.getppid() != self.parent:  # it died before we asked
-                    os.kill(os.getpid(), signo)
+                    self._orphaned = signo
         except (ImportError, OSError) as exc:
             self._say(
                 WARNING,
@@ -302,11 +306,13 @@ class InitLayer:
             return
         if signo == signal.SIGIO and info.si_code != _SI_USER:
             return  # the status pipe's wake-up when the real-time queue was full
-        if signo not in FORWARDABLE_SIGNALS:
-            return
+        if signo in FORWARDABLE_SIGNALS:
+            self._act_on(signo, info.si_pid)
+
+    def _act_on(self, signo: int, sender: int) -> None:
         if signo in _SHUTDOWN_SIGNALS and signo not in self.options.dropped:
             self._on_stop_signal(signo)
-        self._say(DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=info.si_pid)
+        self._say(DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=sender)
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.orchestrator, PIPE_RELAY if signo == signal.SIGPIPE else signo)
 

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 import trio
 
+from ._initpipe import SECOND_SIGNAL_SLICE
+
 __all__ = ["Deadline", "reserve_for", "trio_now"]
 
 # Hooks stop this long before the escalation moment so that the plan can
@@ -133,7 +135,7 @@ class Deadline:
         self.announce()
         return True
 
-    def expire(self, reason: str, *, slice_seconds: float = 1.0) -> None:
+    def expire(self, reason: str, *, slice_seconds: float = SECOND_SIGNAL_SLICE) -> None:
         """Escalate now: every waiting hook is cancelled, every stop kills.
         The wall comes ``slice_seconds`` later at the latest: what the
         orchestrator has to finish the escalation before PID 1 does it."""

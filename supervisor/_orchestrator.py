@@ -21,7 +21,7 @@ import trio
 
 from ._deadline import Deadline
 from ._early import ORCHESTRATOR_SIGNALS
-from ._initpipe import SECOND_SIGNAL_SLICE, StatusPipe, wall_margin
+from ._initpipe import StatusPipe, wall_margin
 from ._log import LogSettings
 from ._logging import configure_logging
 from ._plan import ShutdownPlan
@@ -240,7 +240,7 @@ class Orchestrator:
             if self.shutdown_requested.is_set():
                 log.warning("received %s again: escalating to SIGKILL now", signal_name(signo))
                 if self.deadline is not None:
-                    self.deadline.expire(f"second {signal_name(signo)}", slice_seconds=SECOND_SIGNAL_SLICE)
+                    self.deadline.expire(f"second {signal_name(signo)}")
                 return
             # The main process gets its configured stop signal for SIGTERM,
             # SIGINT itself for SIGINT (Ctrl-C → 130, as with tini), and

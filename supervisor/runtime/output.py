@@ -206,6 +206,12 @@ class _WriterIO(io.RawIOBase):
     def fileno(self) -> int:
         return self._writer.fd
 
+    def isatty(self) -> bool:
+        try:
+            return os.isatty(self._writer.fd)
+        except OSError:
+            return False
+
     def write(self, data: ReadableBuffer) -> int:
         chunk = bytes(data)
         self._writer.write(chunk)

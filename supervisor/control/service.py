@@ -10,6 +10,7 @@ once start-up is over and ends when the shutdown begins.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
@@ -95,9 +96,25 @@ class Services:
     async def run_checks(self, shutdown_requested: trio.Event) -> None:
         """The configured health checks, from the end of start-up until the
         shutdown begins."""
+        _return_freed_memory()
         if self.monitor is None or shutdown_requested.is_set():
             return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.monitor.run)
             await shutdown_requested.wait()
             nursery.cancel_scope.cancel()
+
+
+def _return_freed_memory() -> None:
+    """Once start-up is over, hand the heap pages it freed back to the kernel.
+
+    Imports, the configuration's parse tree and the start-up's temporaries
+    leave freed memory inside glibc's heap, which keeps it; ``malloc_trim``
+    returns it (about 0.6 MiB of the idle orchestrator's private memory,
+    more than this package costs).  ctypes is already loaded (trio uses
+    it); a libc without malloc_trim (musl) simply keeps its pages.
+    """
+    import ctypes
+
+    with contextlib.suppress(AttributeError, OSError):
+        ctypes.CDLL(None).malloc_trim(0)

@@ -168,7 +168,10 @@ def main(args: Sequence[str]) -> int:
     except _Usage as exc:
         print(f"{PROG}: {exc} (see {PROG} {args[0] if args else ''} --help)", file=sys.stderr)
         return USAGE_ERROR
-    client = ControlClient(ns.socket or None, timeout=None if ns.command in ("logs",) and ns.follow else _TIMEOUT)
+    # start/stop/restart take as long as the process's readiness timeout or
+    # stop_timeout, which the supervisor enforces; a follow has no end.
+    waits = ns.command in ("start", "stop", "restart") or (ns.command == "logs" and ns.follow)
+    client = ControlClient(ns.socket or None, timeout=None if waits else _TIMEOUT)
     try:
         return _run(ns, client)
     except SupervisorUnreachable as exc:

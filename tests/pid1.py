@@ -179,3 +179,15 @@ def pid_alive(pid: int) -> bool:
         return False
     return state != "Z"
 
+
+def ended_at_the_wall(records: list[dict[str, object]], *steps: str) -> bool:
+    """Whether PID 1 killed everything at the wall (JSON log records), which
+    a loaded machine can make of a short grace period: the orchestrator not
+    scheduled in time to escalate and log, or still importing trio with the
+    main process started before it.  Then exactly one line says so, naming
+    start-up or one of ``steps`` as the stage reached."""
+    walls = [r for r in records if "over: SIGKILL to" in str(r["message"])]
+    if not walls:
+        return False
+    assert len(walls) == 1 and walls[0]["phase"] in ("start-up", *steps), records
+    return True

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import shutil
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ._bench import REPO, Bench, SetupError
 from ._report import machine, render_table, write_json, write_markdown
@@ -47,6 +48,11 @@ def _parser() -> _Parser:
         "--docs",
         type=Path,
         help="the Markdown file whose table to regenerate (default: docs/benchmarks.md; none with --smoke)",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --only: replace just these scenarios' rows in the existing results and table, keep the others",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser
@@ -100,6 +106,8 @@ def _run(
         "versions": versions,
         "scenarios": names,
     }
+    if args.merge and json_path is not None and json_path.exists():
+        rows, meta = merge_into(json.loads(json_path.read_text()), rows, meta)
     if json_path:
         write_json(json_path, rows, meta)
     if docs_path:
@@ -107,6 +115,29 @@ def _run(
     if not args.quiet:
         print("\n".join(render_table(rows)))
     return 0
+
+
+def merge_into(previous: dict[str, Any], rows: list[Row], meta: dict[str, Any]) -> tuple[list[Row], dict[str, Any]]:
+    """The previous run's rows with the re-measured scenarios' rows in their
+    place (new scenarios at the end); the previous run's description, with
+    this run listed under ``merged``."""
+    fresh = {row.scenario: [r for r in rows if r.scenario == row.scenario] for row in rows}
+    merged: list[Row] = []
+    for data in previous["rows"]:
+        name = data["scenario"]
+        if name not in fresh:
+            merged.append(Row.from_json(data))
+        elif fresh[name]:
+            merged += fresh[name]
+            fresh[name] = []
+    for pending in fresh.values():
+        merged += pending
+    base = dict(previous["meta"])
+    partial = {k: meta[k] for k in ("finished", "duration", "machine", "load_average_at_start", "scenarios")}
+    # An earlier partial run whose scenarios are all re-measured now is gone.
+    kept = [m for m in base.get("merged", []) if not set(m["scenarios"]) <= set(partial["scenarios"])]
+    base["merged"] = [*kept, partial]
+    return merged, base
 
 
 def _executable(name: str) -> str:

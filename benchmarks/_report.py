@@ -103,6 +103,15 @@ def render_markdown(rows: Sequence[Row], meta: dict[str, Any]) -> str:
         + ", ".join(f"{name} {version}" for name, version in meta["versions"].items())
         + "."
     )
+    for partial in meta.get("merged", []):
+        pm = partial["machine"]
+        lines.append(
+            f"Re-measured {partial['finished']} ({partial['duration']:.0f} s, load average "
+            + ", ".join(f"{x:g}" for x in partial.get("load_average_at_start", []))
+            + " at the start and "
+            + ", ".join(f"{x:g}" for x in pm.get("load_average", []))
+            + f" at the end): {', '.join(partial['scenarios'])}."
+        )
     lines.append("")
     lines += render_table(rows)
     lines.append("")

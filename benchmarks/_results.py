@@ -34,6 +34,10 @@ class Figure:
     def as_json(self) -> dict[str, Any]:
         return {"value": self.value, "note": self.note, "correct": self.correct, "problems": self.problems}
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Figure:
+        return cls(data.get("value"), data.get("note", ""), list(data.get("problems", [])))
+
 
 @dataclass(frozen=True)
 class Target:
@@ -100,6 +104,19 @@ class Row:
             "ratio": self.ratio,
             "status": self.status,
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Row:
+        """A row as ``as_json`` wrote it (to merge a partial run into a full one)."""
+        target = data["target"]
+        return cls(
+            data["scenario"],
+            data["measure"],
+            data["unit"],
+            Target(target["text"], target["limit"], target["tolerance"]),
+            Figure.from_json(data["supervisor"]),
+            {name: Figure.from_json(figure) for name, figure in data["anchors"].items()},
+        )
 
 
 def percentile(values: Sequence[float], p: float) -> float:

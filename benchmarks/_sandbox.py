@@ -18,7 +18,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -246,3 +246,20 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
     return found
+
+
+@contextlib.contextmanager
+def busy_cores(count: int | None = None) -> Iterator[None]:
+    """Keep every core busy with ``yes > /dev/null`` processes of our own
+    (two per core), as on a shared machine, and stop exactly those after."""
+    hogs = [
+        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        for _ in range(count or 2 * (os.cpu_count() or 2))
+    ]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait()

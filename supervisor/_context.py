@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import trio
 
@@ -13,6 +13,9 @@ from ._status import ExitStatus
 from ._timeline import Timeline
 from .config import Config, ProcessSpec
 from .runtime.state import ProcessState
+
+if TYPE_CHECKING:
+    from .health.board import Board
 
 __all__ = ["Context", "ProcessInfo"]
 
@@ -61,3 +64,27 @@ class Context:
     timeline: Timeline
     main_exited: trio.Event
     """Set once the main process has exited for good."""
+    board: Board | None = None
+    """Where ``report_health`` and ``set_status`` go (None: nowhere, as in
+    unit tests that build a Context by hand)."""
+
+    def set_status(self, text: str | None) -> None:
+        """This plugin's line in ``supervisor status`` ("3 guests running",
+        "draining: 2 of 5 endpoints left"); None or "" removes it.  One line:
+        newlines are folded into spaces.  Cheap: call it whenever it changes."""
+        if self.board is not None:
+            self.board.set_status(self.plugin, text)
+
+    def report_health(
+        self, name: str, *, ok: bool, level: Literal["alive", "ready"] = "ready", detail: str = ""
+    ) -> None:
+        """Contribute a health check: its latest verdict, which counts at once
+        (apply any threshold of your own before reporting a failure).
+
+        ``name`` is shown as ``PLUGIN.NAME``; ``level="ready"`` makes /readyz
+        and ``supervisor health`` fail while it is down, ``level="alive"``
+        /livez (the kubelet then restarts the container: use it only for a
+        state the supervisor cannot recover from).  ``detail`` says why, in
+        a few words.  Call it again whenever the verdict changes."""
+        if self.board is not None:
+            self.board.report(self.plugin, f"{self.plugin}.{name}", ok=ok, level=level, detail=detail)

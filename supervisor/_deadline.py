@@ -11,12 +11,14 @@ reaches every scope that is already waiting.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import trio
 
-__all__ = ["Deadline", "reserve_for"]
+from ._initpipe import SECOND_SIGNAL_SLICE
+
+__all__ = ["Deadline", "reserve_for", "trio_now"]
 
 # Hooks stop this long before the escalation moment so that the plan can
 # still deliver stop signals and SIGKILL itself.  10% of the budget, at most
@@ -30,23 +32,55 @@ def reserve_for(budget: float) -> float:
     return min(_RESERVE_MAX, budget * _RESERVE_FRACTION)
 
 
+def trio_now() -> float:
+    """trio's clock, also from a worker thread (a plain ``def`` hook runs in
+    one and may call ``shorten()``)."""
+    try:
+        return trio.current_time()
+    except RuntimeError:
+        return trio.from_thread.run_sync(trio.current_time)
+
+
+def _in_trio_thread() -> bool:
+    try:
+        trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        return False
+    return True
+
+
 class Deadline:
     """When the supervisor escalates to SIGKILL, and how much time is left.
 
-    ``at`` is the escalation moment on trio's clock.  Hooks run in scopes that
-    end ``reserve`` seconds earlier, process stops in scopes that end at ``at``.
-    The deadline only ever moves earlier.
+    ``wall`` is the hard end: the init layer (PID 1) kills whatever is left
+    there, whatever the orchestrator is doing (see supervisor/_initpipe.py).
+    ``at``, ``margin`` seconds before it, is the orchestrator's own escalation
+    moment on trio's clock: process stops end there with SIGKILL, so that the
+    orchestrator normally finishes before the wall.  Hooks run in scopes that
+    end ``reserve`` seconds before ``at``.  The deadline only ever moves
+    earlier; ``on_wall`` hears every move (seconds from now to the wall).
     """
 
-    def __init__(self, budget: float, *, reserve: float | None = None, elapsed: float = 0.0) -> None:
+    def __init__(
+        self,
+        budget: float,
+        *,
+        reserve: float | None = None,
+        elapsed: float = 0.0,
+        margin: float = 0.0,
+        on_wall: Callable[[float], None] | None = None,
+    ) -> None:
         """``elapsed``: how long ago the budget started (a SIGTERM that
         arrived while the supervisor was still starting)."""
         now = trio.current_time()
         self.started = now - max(0.0, elapsed)
         self.budget = budget
-        self._at = self.started + budget
+        self.margin = min(max(0.0, margin), budget)
+        self._wall = self.started + budget
+        self._at = self._wall - self.margin
         self.reserve = reserve_for(budget) if reserve is None else reserve
         self.reasons: list[str] = []
+        self.on_wall = on_wall
         # Scopes currently following the deadline: (scope, keeps the reserve,
         # its own fixed limit).  A list, not a weak set: scopes leave it when
         # their `with` block ends, and there are only ever a handful.
@@ -57,41 +91,64 @@ class Deadline:
         return self._at
 
     @property
+    def wall(self) -> float:
+        return self._wall
+
+    @property
     def expired(self) -> bool:
-        return trio.current_time() >= self._at
+        return trio_now() >= self._at
 
     def remaining(self) -> float:
         """Seconds until escalation to SIGKILL."""
-        return max(0.0, self._at - trio.current_time())
+        return max(0.0, self._at - trio_now())
 
     def remaining_for_hooks(self) -> float:
         """Seconds a hook may still use: up to the escalation moment less the reserve."""
-        return max(0.0, self._at - self.reserve - trio.current_time())
+        return max(0.0, self._at - self.reserve - trio_now())
 
     def elapsed(self) -> float:
-        return trio.current_time() - self.started
+        return trio_now() - self.started
+
+    def announce(self) -> None:
+        """Tell ``on_wall`` where the wall is now."""
+        if self.on_wall is not None:
+            self.on_wall(max(0.0, self._wall - trio.current_time()))
 
     def shorten(self, remaining: float, reason: str) -> bool:
         """Move the deadline to ``remaining`` seconds from now if that is sooner.
 
         Returns whether it moved.  ``reason`` ends up in the log and the
-        timeline ("pod deletion deadline").
+        timeline ("pod deletion deadline").  ``remaining`` counts to the
+        wall; the orchestrator's escalation stays ``margin`` before it.
         """
-        target = trio.current_time() + max(0.0, remaining)
-        if target >= self._at:
+        if not _in_trio_thread():
+            return trio.from_thread.run_sync(self.shorten, remaining, reason)
+        now = trio.current_time()
+        wall = now + max(0.0, remaining)
+        if wall >= self._wall:
             return False
-        self._at = target
+        self._wall = wall
+        self._at = max(now, min(self._at, wall - self.margin))
         self.reserve = min(self.reserve, max(0.0, remaining) * _RESERVE_FRACTION * 2)
         self.reasons.append(reason)
         self._update_scopes()
+        self.announce()
         return True
 
-    def expire(self, reason: str) -> None:
-        """Escalate now: every waiting hook is cancelled, every stop kills."""
-        self._at = min(self._at, trio.current_time())
+    def expire(self, reason: str, *, slice_seconds: float = SECOND_SIGNAL_SLICE) -> None:
+        """Escalate now: every waiting hook is cancelled, every stop kills.
+        The wall comes ``slice_seconds`` later at the latest: what the
+        orchestrator has to finish the escalation before PID 1 does it."""
+        if not _in_trio_thread():
+            trio.from_thread.run_sync(lambda: self.expire(reason, slice_seconds=slice_seconds))
+            return
+        now = trio.current_time()
+        self._at = min(self._at, now)
+        self._wall = min(self._wall, now + slice_seconds)
         self.reserve = 0.0
         self.reasons.append(reason)
         self._update_scopes()
+        self.announce()
 
     @contextmanager
     def scope(self, *, keep_reserve: bool = True, timeout: float = math.inf) -> Iterator[trio.CancelScope]:

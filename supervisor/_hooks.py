@@ -19,13 +19,19 @@ if TYPE_CHECKING:
     from ._deadline import Deadline
     from ._timeline import Timeline
     from .config import Config
+    from .health.board import Board
 
 __all__ = ["HookRunner", "NoPlugins"]
 
 
 class HookRunner(Protocol):
     def bind(
-        self, config: Config, processes: Mapping[str, ProcessInfo], timeline: Timeline, main_exited: trio.Event
+        self,
+        config: Config,
+        processes: Mapping[str, ProcessInfo],
+        timeline: Timeline,
+        main_exited: trio.Event,
+        board: Board | None = None,
     ) -> None: ...
 
     def implementations(self, hook_name: str) -> list[Any]: ...
@@ -47,7 +53,12 @@ class NoPlugins:
     """The hook runner of a deployment without plugins."""
 
     def bind(
-        self, config: Config, processes: Mapping[str, ProcessInfo], timeline: Timeline, main_exited: trio.Event
+        self,
+        config: Config,
+        processes: Mapping[str, ProcessInfo],
+        timeline: Timeline,
+        main_exited: trio.Event,
+        board: Board | None = None,
     ) -> None:
         pass
 

@@ -10,7 +10,6 @@ that plugins can use ordinary loggers.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Any, TextIO
 
@@ -68,14 +67,73 @@ def _text_value(value: Any) -> str:
 def write(
     settings: LogSettings, level: int, logger: str, message: str, fields: dict[str, Any], stream: TextIO | None = None
 ) -> None:
-    """Log from the init layer (no `logging` machinery there)."""
+    """Log from the init layer (no `logging` machinery there).  Without a
+    ``stream``, to stderr without ever blocking (see ``_NonBlockingStderr``)."""
     if level < settings.level or settings.silenced:
         return
-    out = stream or sys.stderr
+    line = format_record(settings.format, level, logger, message, fields) + "\n"
     try:
-        out.write(format_record(settings.format, level, logger, message, fields) + "\n")
-        out.flush()
+        if stream is None:
+            _STDERR.write(line.encode(errors="backslashreplace"))
+        else:
+            stream.write(line)
+            stream.flush()
     except (OSError, ValueError):
         # A closed stderr must never take PID 1 down, nor make it retry
         # (and raise SIGPIPE) for every later line.
         settings.silenced = True
+
+
+class _NonBlockingStderr:
+    """PID 1's log writes must not block: a stalled log collector would stop
+    it from enforcing the wall.  ``O_NONBLOCK`` on fd 2 itself would change
+    the open file description every child shares, so for a pipe, FIFO or
+    terminal the layer opens its own description of the same object through
+    /proc/self/fd/2 and makes that one non-blocking; a socket gets
+    ``MSG_DONTWAIT``; a regular file (or /dev/null) never blocks anyway.  A
+    line that does not fit is dropped and counted, and the count is written
+    with the next line that does."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._socket: Any = None
+        self._ready = False
+        self.dropped = 0
+
+    def _open(self) -> None:
+        import stat
+
+        self._ready = True
+        mode = os.fstat(2).st_mode
+        if stat.S_ISREG(mode) or (stat.S_ISCHR(mode) and not os.isatty(2)):
+            self._fd = 2
+        elif stat.S_ISSOCK(mode):
+            import socket
+
+            self._socket = socket.socket(fileno=os.dup(2))
+        else:
+            flags = os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+            try:
+                self._fd = os.open("/proc/self/fd/2", flags)
+            except OSError:
+                self._fd = 2  # no /proc: the old way, better than silence
+
+    def write(self, data: bytes) -> None:
+        if not self._ready:
+            self._open()
+        if self.dropped:
+            data = f"supervisor: {self.dropped} log line(s) dropped: stderr was not being read\n".encode() + data
+        try:
+            if self._socket is not None:
+                import socket
+
+                self._socket.send(data, socket.MSG_DONTWAIT)
+            elif self._fd is not None:
+                os.write(self._fd, data)
+        except BlockingIOError:
+            self.dropped += 1
+            return
+        self.dropped = 0
+
+
+_STDERR = _NonBlockingStderr()

@@ -9,19 +9,19 @@ else forwardable goes on to the main process.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
 
 from ._deadline import Deadline
 from ._early import ORCHESTRATOR_SIGNALS
+from ._initpipe import StatusPipe, wall_margin
 from ._log import LogSettings
 from ._logging import configure_logging
 from ._plan import ShutdownPlan
@@ -29,14 +29,15 @@ from ._status import ExitStatus
 from ._timeline import Timeline
 from ._units import PIPE_RELAY, format_duration, signal_name
 from .config import Config, start_levels
+from .control.service import Services
 from .runtime import SupervisedProcess
+from .runtime.output import install_std_streams
 
 if TYPE_CHECKING:
     from ._early import EarlySignals
     from ._hooks import HookRunner
-    from .cli import RunOptions
 
-__all__ = ["EXIT_PROCESS_FAILED", "Orchestrator", "run_orchestrator"]
+__all__ = ["EXIT_PROCESS_FAILED", "Orchestrator", "ShutdownRequest", "run_orchestrator"]
 
 log = logging.getLogger("supervisor")
 
@@ -47,9 +48,24 @@ EXIT_PROCESS_FAILED = 70
 _SHUTDOWN_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 
+@dataclass(frozen=True, slots=True)
+class ShutdownRequest:
+    """Why and since when the deployment is going down; made once, never changed.
+
+    ``arrived``: trio time of the trigger's arrival (a signal that came in
+    during start-up arrived before trio ran).  ``signal``: the SIGTERM/SIGINT
+    that asked for it, None for any other trigger.  ``main_stop_signal``: what
+    the main process gets instead of its configured stop signal, if anything.
+    """
+
+    reason: str
+    arrived: float
+    signal: int | None = None
+    main_stop_signal: int | None = None
+
+
 def run_orchestrator(
     config: Config,
-    options: RunOptions,
     host: HookRunner,
     *,
     early: EarlySignals,
@@ -57,43 +73,32 @@ def run_orchestrator(
     inherited_fds: tuple[int, ...] = (),
     main_started: subprocess.Popen[bytes] | None = None,
 ) -> int:
+    # From here on no write to stdout/stderr can block the event loop.
+    install_std_streams()
     configure_logging(LogSettings(config.log_format, config.log_level))
-    status = _StatusPipe(status_fd)
+    status = StatusPipe(status_fd)
     status.send(f"log {config.log_format} {config.log_level}")
     orchestrator = Orchestrator(
-        config, options, host, early=early, inherited_fds=inherited_fds, main_started=main_started
+        config, host, early=early, inherited_fds=inherited_fds, main_started=main_started, status=status
     )
-    code = trio.run(orchestrator.run)
-    status.send(f"deadline {orchestrator.sweep_seconds:.3f}")
-    return code
-
-
-class _StatusPipe:
-    """Lines to the init layer (see supervisor/_init.py)."""
-
-    def __init__(self, fd: int | None) -> None:
-        self.fd = fd
-
-    def send(self, line: str) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.write(self.fd, (line + "\n").encode())
+    return trio.run(orchestrator.run)
 
 
 class Orchestrator:
     def __init__(
         self,
         config: Config,
-        options: RunOptions,
         host: HookRunner,
         *,
         early: EarlySignals | None = None,
         inherited_fds: tuple[int, ...] = (),
         main_started: subprocess.Popen[bytes] | None = None,
+        status: StatusPipe | None = None,
     ) -> None:
         self.config = config
-        self.options = options
         self.host = host
+        # The init layer hears of the wall and the phases here (see _initpipe).
+        self.status = status or StatusPipe(None)
         self.early = early
         self.processes = {
             spec.name: SupervisedProcess(
@@ -105,25 +110,29 @@ class Orchestrator:
         self.main = next((p for p in self.processes.values() if p.spec.main), None)
         self.main_exited = trio.Event()
         self.shutdown_requested = trio.Event()
-        self.shutdown_reason = ""
-        self.main_stop_signal: int | None = None
-        self.shutdown_signal: int | None = None
+        self.shutdown: ShutdownRequest | None = None
+        # Signals (received, to deliver) that came before the main process ran.
+        self._queued_signals: list[tuple[int, int]] = []
         self.deadline: Deadline | None = None
         self.failure: str | None = None
         self.timeline: Timeline | None = None
         self._events_nursery: trio.Nursery | None = None
-        self.sweep_seconds = 0.0
         self._start_up_scope: trio.CancelScope | None = None
+        # Control socket, health checks, probe listener (supervisor/control).
+        self.services = Services(self, fail=self._fail)
 
     # -- the program ----------------------------------------------------------
 
     async def run(self) -> int:
-        self.timeline = Timeline()
-        self.host.bind(self.config, self.processes, self.timeline, self.main_exited)
+        self.timeline = Timeline(on_step=lambda step: self.status.phase(step.describe()))
+        self.host.bind(self.config, self.processes, self.timeline, self.main_exited, board=self.services.board)
         async with trio.open_nursery() as root:
             self._events_nursery = root
             with trio.open_signal_receiver(*ORCHESTRATOR_SIGNALS) as signals:
                 async with trio.open_nursery() as supervised:
+                    # Up before any process starts, so that `supervisor
+                    # status` works during start-up; ends with the root.
+                    await root.start(self.services.run, supervised)
                     # A main process started before trio (cli.prespawn_main)
                     # is taken under supervision before any signal is
                     # handled, so that signals reach it and a stop finds it.
@@ -138,14 +147,13 @@ class Orchestrator:
                     await self._start_up(supervised)
                     background = trio.CancelScope()
                     root.start_soon(self._run_background, background)
+                    root.start_soon(self.services.run_checks, self.shutdown_requested)
                     await self.shutdown_requested.wait()
                     background.cancel()
                     await self._shut_down()
                     # Every process has exited (or was killed and reaped).
                     supervised.cancel_scope.cancel()
             root.cancel_scope.cancel()
-        # What the init layer may give leftover processes (read after trio.run).
-        self.sweep_seconds = self.deadline.remaining() if self.deadline else 0.0
         return self._exit_code()
 
     async def _start_up(self, supervised: trio.Nursery) -> None:
@@ -158,8 +166,8 @@ class Orchestrator:
             for level in self.levels:
                 if not await self._start_level(supervised, level):
                     break
-        if self._start_up_scope.cancelled_caught:
-            log.info("start-up interrupted: %s", self.shutdown_reason)
+        if self._start_up_scope.cancelled_caught and self.shutdown is not None:
+            log.info("start-up interrupted: %s", self.shutdown.reason)
 
     async def _start_level(self, supervised: trio.Nursery, level: list[SupervisedProcess]) -> bool:
         for process in level:
@@ -192,21 +200,24 @@ class Orchestrator:
             await self.host.call("supervisor_background")
 
     async def _shut_down(self) -> None:
-        assert self.deadline is not None and self.timeline is not None
+        assert self.deadline is not None and self.timeline is not None and self.shutdown is not None
         plan = ShutdownPlan(self.host, self.levels, self.timeline, self.main_exited)
         self.timeline.origin = self.deadline.started
-        await plan.run(self.deadline, self.shutdown_reason, self.main_stop_signal)
+        await plan.run(self.deadline, self.shutdown.reason, self.shutdown.main_stop_signal)
         self._log_timeline()
 
     # -- triggers -------------------------------------------------------------
 
-    def request_shutdown(self, reason: str, main_stop_signal: int | None = None, since: float = 0.0) -> None:
+    def request_shutdown(
+        self, reason: str, main_stop_signal: int | None = None, since: float = 0.0, signo: int | None = None
+    ) -> None:
         """Start the shutdown; ``since``: how long ago its trigger arrived."""
         if self.shutdown_requested.is_set():
             return
-        self.shutdown_reason = reason
-        self.main_stop_signal = main_stop_signal
-        self.deadline = Deadline(self.config.grace_period, elapsed=since)
+        self.shutdown = ShutdownRequest(reason, trio.current_time() - since, signo, main_stop_signal)
+        grace = self.config.grace_period
+        self.deadline = Deadline(grace, elapsed=since, margin=wall_margin(grace), on_wall=self.status.wall_in)
+        self.deadline.announce()
         log.info("shutting down: %s (grace period %s)", reason, format_duration(self.config.grace_period))
         self.shutdown_requested.set()
         if self._start_up_scope is not None:
@@ -219,36 +230,44 @@ class Orchestrator:
     def _on_signal(self, signo: int, since: float = 0.0) -> None:
         if signo == PIPE_RELAY:
             signo = signal.SIGPIPE
-        target = self.options.rewrite.get(signo, signo)
+        target = self.config.rewrite.get(signo, signo)
+        if target == 0:
+            # Dropped before anything else looks at it: a dropped SIGINT is
+            # not a second stop signal either.
+            log.info("received %s: dropped (--rewrite)", signal_name(signo))
+            return
         if signo in _SHUTDOWN_SIGNALS:
             if self.shutdown_requested.is_set():
                 log.warning("received %s again: escalating to SIGKILL now", signal_name(signo))
                 if self.deadline is not None:
                     self.deadline.expire(f"second {signal_name(signo)}")
                 return
-            if target == 0:
-                log.info("received %s: dropped (--rewrite)", signal_name(signo))
-                return
-            self.shutdown_signal = signo
             # The main process gets its configured stop signal for SIGTERM,
             # SIGINT itself for SIGINT (Ctrl-C → 130, as with tini), and
             # whatever --rewrite says, if it says anything.
-            explicit = signo in self.options.rewrite or signo == signal.SIGINT
+            explicit = signo in self.config.rewrite or signo == signal.SIGINT
             self.request_shutdown(
-                f"received {signal_name(signo)}", main_stop_signal=target if explicit else None, since=since
+                f"received {signal_name(signo)}",
+                main_stop_signal=target if explicit else None,
+                since=since,
+                signo=signo,
             )
-            return
-        if target == 0:
-            log.info("received %s: dropped (--rewrite)", signal_name(signo))
             return
         self._forward(signo, target)
 
     def _forward(self, received: int, target: int) -> None:
+        if self.main is not None and not self.main.ever_started and not self.shutdown_requested.is_set():
+            # The main process is not running yet (start-up): keep the signal
+            # and deliver it once it runs, in order, as tini and dumb-init
+            # would have (they start it before they look at signals).
+            log.debug("received %s before %s runs: queued", signal_name(received), self.main.name)
+            self._queued_signals.append((received, target))
+            return
         recipients = [self.main] if self.main else list(self.processes.values())
         rewritten = f" as {signal_name(target)}" if target != received else ""
         for process in recipients:
-            delivered = process.send_signal(target, group=self.options.process_group)
-            where = "process group of " if self.options.process_group else ""
+            delivered = process.send_signal(target, group=self.config.forward_to_group)
+            where = "process group of " if self.config.forward_to_group else ""
             if delivered:
                 log.info(
                     "forwarded %s%s to %s%s (pid %s)",
@@ -265,6 +284,10 @@ class Orchestrator:
 
     def process_started(self, process: SupervisedProcess) -> None:
         self._fire("supervisor_process_started", process=process)
+        if process is self.main and self._queued_signals:
+            queued, self._queued_signals = self._queued_signals, []
+            for received, target in queued:
+                self._forward(received, target)
 
     def process_exited(self, process: SupervisedProcess, status: ExitStatus, will_restart: bool) -> None:
         self._fire("supervisor_process_exited", process=process, status=status)
@@ -307,23 +330,30 @@ class Orchestrator:
         if self.main is None:
             return 0
         status = self.main.status
-        if status is None and self.shutdown_signal is not None:
+        if status is None and self.shutdown is not None and self.shutdown.signal is not None:
             # Stopped before the main process was started: report it the way
             # the main process would have ended, killed by that signal.
-            status = ExitStatus(signal=self.shutdown_signal)
+            status = ExitStatus(signal=self.shutdown.signal)
         code = status.exit_code if status is not None else EXIT_PROCESS_FAILED
+        if code in self.config.zero_exit_codes:
+            # -e CODE (tini's): a JVM that exits 143 on SIGTERM stopped as asked.
+            log.info("main process %s %s: exit status 0 (-e %d)", self.main.name, status, code)
+            return 0
         log.info("exiting with status %d (main process %s %s)", code, self.main.name, status)
         return code
 
     def _log_timeline(self) -> None:
-        assert self.timeline is not None and self.deadline is not None
+        assert self.timeline is not None and self.deadline is not None and self.shutdown is not None
         total = self.deadline.elapsed()
-        header = f"shutdown timeline ({self.shutdown_reason}; {total:.3f}s of {format_duration(self.deadline.budget)})"
+        header = f"shutdown timeline ({self.shutdown.reason}; {total:.3f}s of {format_duration(self.deadline.budget)})"
         if self.deadline.reasons:
             header += f"; deadline changed: {', '.join(self.deadline.reasons)}"
+        # Where PID 1 would have killed everything (see supervisor/_init.py).
+        wall = round(self.deadline.wall - self.deadline.started, 4)
         if self.config.log_format == "json":
-            log.info(header, extra={"fields": {"timeline": self.timeline.as_json()}})
+            log.info(header, extra={"fields": {"timeline": self.timeline.as_json(), "wall": wall}})
             return
         log.info(header)
         for line in self.timeline.render():
             log.info("  %s", line)
+        log.info("  +%7.3fs %s  wall: PID 1 kills what is left", wall, " " * 8)

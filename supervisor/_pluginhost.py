@@ -11,6 +11,7 @@ bug is a log line and a timeline entry, never a stuck or dead PID 1.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import inspect
 import logging
@@ -28,6 +29,7 @@ from ._context import Context, ProcessInfo
 from ._deadline import Deadline
 from ._timeline import Timeline
 from .config import Config, ConfigError, Problem, Settings
+from .health.board import Board
 from .hookspec import SKIP
 
 __all__ = ["ENTRY_POINT_GROUP", "PluginHost"]
@@ -43,6 +45,30 @@ _DEFAULT_EVENT_TIMEOUT = 30.0
 _SYNC_ONLY_HOOKS = frozenset({"supervisor_configure", "supervisor_add_commands"})
 
 log = logging.getLogger("supervisor.plugins")
+
+
+async def _invoke(call: Callable[..., Any], args: list[Any]) -> object:
+    """Run one hook implementation to its result.
+
+    A plain ``def`` runs in a worker thread: blocking I/O in it (a synchronous
+    HTTP call, ``time.sleep``) must not freeze the event loop, and when its
+    scope is cancelled (deadline, timeout) the thread is abandoned — it runs
+    on, but nobody waits for it.  Its own limiter, so that abandoned threads
+    never use up trio's default one.  An ``async def`` runs on the loop; one
+    that never yields is the init layer's problem (it kills at the wall)."""
+    if inspect.iscoroutinefunction(call):
+        result: object = await call(*args)
+    else:
+        result = await trio.to_thread.run_sync(
+            functools.partial(call, *args), abandon_on_cancel=True, limiter=_HOOK_THREADS
+        )
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+# Enough for every hook of every plugin at once, abandoned ones included.
+_HOOK_THREADS = trio.CapacityLimiter(256)
 
 
 @dataclass
@@ -223,9 +249,15 @@ class PluginHost:
     # ------------------------------------------------------------------
 
     def bind(
-        self, config: Config, processes: Mapping[str, ProcessInfo], timeline: Timeline, main_exited: trio.Event
+        self,
+        config: Config,
+        processes: Mapping[str, ProcessInfo],
+        timeline: Timeline,
+        main_exited: trio.Event,
+        board: Board | None = None,
     ) -> None:
-        """Create each enabled plugin's Context, once the processes exist."""
+        """Create each enabled plugin's Context, once the processes exist;
+        ``board`` takes what plugins report (``ctx.report_health``)."""
         for name, plugin in self.enabled.items():
             self.contexts[name] = Context(
                 plugin=name,
@@ -235,6 +267,7 @@ class PluginHost:
                 processes=processes,
                 timeline=timeline,
                 main_exited=main_exited,
+                board=board,
             )
 
     def implementations(self, hook_name: str) -> list[pluggy.HookImpl]:
@@ -317,9 +350,7 @@ class PluginHost:
         result: object = None
         with scope_cm as scope:
             try:
-                result = call(*[arguments[a] for a in argnames])
-                if inspect.isawaitable(result):
-                    result = await result
+                result = await _invoke(call, [arguments[a] for a in argnames])
             except Exception as exc:
                 hook_log.error("%s failed: %s: %s", hook_name, type(exc).__name__, exc, exc_info=exc)
                 if step is not None:

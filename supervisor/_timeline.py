@@ -7,11 +7,13 @@ shutdown) and rendered once, at the end, as text or JSON, so that
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import trio
+
+from ._deadline import trio_now
 
 __all__ = ["Outcome", "Step", "Timeline"]
 
@@ -33,6 +35,11 @@ class Step:
     detail: str = ""
     plugin: str | None = None
 
+    def describe(self) -> str:
+        """``phase plugin: name``, on one line."""
+        who = f"{self.plugin}: " if self.plugin else ""
+        return f"{self.phase} {who}{self.name}"
+
     def as_dict(self) -> dict[str, object]:
         record: dict[str, object] = {
             "phase": self.phase,
@@ -52,6 +59,9 @@ class Step:
 class Timeline:
     origin: float = field(default_factory=trio.current_time)
     steps: list[Step] = field(default_factory=list)
+    # Hears every step as it starts: the orchestrator tells the init layer,
+    # whose log line at the wall names the phase the shutdown had reached.
+    on_step: Callable[[Step], None] | None = None
 
     @contextmanager
     def step(self, phase: str, name: str, *, plugin: str | None = None) -> Iterator[Step]:
@@ -59,8 +69,11 @@ class Timeline:
         for anything other than ``ok``; a cancellation is recorded as
         ``cancelled`` (or ``timeout`` if the block set it) and an exception as
         ``error``, and both propagate unchanged."""
-        record = Step(phase=phase, name=name, start=trio.current_time() - self.origin, plugin=plugin)
+        # trio_now: also from a plain def hook's worker thread.
+        record = Step(phase=phase, name=name, start=trio_now() - self.origin, plugin=plugin)
         self.steps.append(record)
+        if self.on_step is not None:
+            self.on_step(record)
         try:
             yield record
         except BaseException as exc:
@@ -72,7 +85,7 @@ class Timeline:
                 record.detail = record.detail or f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            record.duration = trio.current_time() - self.origin - record.start
+            record.duration = trio_now() - self.origin - record.start
 
     def discard(self, step: Step) -> None:
         """Forget a step that turned out to be nothing worth showing."""

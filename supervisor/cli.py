@@ -15,12 +15,13 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, NoReturn
+from types import MappingProxyType
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from . import __version__
-from ._units import parse_duration, parse_signal
+from ._units import FORWARDABLE_SIGNALS, parse_duration, parse_signal, signal_name
 
 if TYPE_CHECKING:
     from ._early import EarlySignals
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["RunOptions", "main", "run_main"]
 
 USAGE_ERROR = 2
+T = TypeVar("T")
 PROG = "supervisor"
 
 
@@ -45,7 +47,10 @@ class RunOptions:
     rewrite: dict[int, int] = field(default_factory=dict)
     process_group: bool = False
     log_format: str | None = None
+    log_level: str | None = None
     verbose: int = 0
+    zero_exit_codes: frozenset[int] = frozenset()
+    parent_death_signal: int | None = None
     command: tuple[str, ...] = ()
 
 
@@ -56,11 +61,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _argument(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse type from a parser that raises ValueError with the whole story."""
+
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+_duration = _argument(parse_duration)
+_signal = _argument(parse_signal)
 
 
 def _rewrite(text: str) -> tuple[int, int]:
@@ -68,20 +82,35 @@ def _rewrite(text: str) -> tuple[int, int]:
     if not sep:
         raise argparse.ArgumentTypeError(f"invalid rewrite {text!r}: use FROM:TO, e.g. TERM:QUIT or 15:0")
     try:
-        return parse_signal(source), parse_signal(target, allow_zero=True)
+        pair = parse_signal(source), parse_signal(target, allow_zero=True)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"invalid rewrite {text!r}: {exc}") from None
+    if pair[0] not in FORWARDABLE_SIGNALS:
+        # KILL/STOP cannot be caught, CHLD is the reaper's, TSTP/TTIN/TTOU are
+        # job control the supervisor swallows: a rule for them would never apply.
+        raise argparse.ArgumentTypeError(
+            f"invalid rewrite {text!r}: {signal_name(pair[0])} is never forwarded, so it cannot be rewritten"
+        )
+    return pair
+
+
+def _exit_code(text: str) -> int:
+    if not text.isdigit() or int(text) > 255:
+        raise argparse.ArgumentTypeError(f"invalid exit code {text!r}: use a number from 0 to 255")
+    return int(text)
 
 
 def _run_parser() -> _Parser:
     parser = _Parser(
         prog=PROG,
         usage=f"{PROG} [run] [OPTIONS] [-- COMMAND [ARG...]]\n       {PROG} check [-c FILE]\n"
-        f"       {PROG} plugins\n       {PROG} --version",
+        f"       {PROG} plugins\n       {PROG} status [-o json] | start|stop|restart NAME... | signal NAME SIGNAL\n"
+        f"       {PROG} logs [NAME] [-n N] [-f] | health [--level alive|ready]\n       {PROG} --version",
         description="A PID 1 for containers: runs COMMAND and the processes of a YAML "
         "configuration, reaps zombies, forwards signals, and turns SIGTERM into a graceful "
         "shutdown plan that finishes inside the grace period.",
         epilog="Exit status: the main process's exit code, 128+N if signal N killed it, "
+        "137 also when the grace period ran out and PID 1 killed what was left, "
         "127 command not found, 126 not executable, 70 a supervised process failed, "
         "2 usage or configuration error.",
         add_help=False,
@@ -93,7 +122,8 @@ def _run_parser() -> _Parser:
         "--grace-period",
         metavar="DURATION",
         type=_duration,
-        help="the whole shutdown budget before SIGKILL (default 30s, or the file's grace_period); "
+        help="the whole shutdown budget, a hard wall: then PID 1 kills what is left "
+        "(default 30s, or the file's grace_period); "
         "30, 30s, 500ms, 1.5s, 2m",
     )
     parser.add_argument(
@@ -107,7 +137,28 @@ def _run_parser() -> _Parser:
     parser.add_argument(
         "-g", "--process-group", action="store_true", help="forward signals to the main process's whole process group"
     )
+    parser.add_argument(
+        "-e",
+        "--expect-exit",
+        metavar="CODE",
+        type=_exit_code,
+        action="append",
+        default=[],
+        help="report the main process's exit code CODE as 0 (e.g. 143 for a JVM stopped by SIGTERM); repeatable",
+    )
+    parser.add_argument(
+        "-p",
+        "--parent-death-signal",
+        metavar="SIGNAL",
+        type=_signal,
+        help="when not PID 1: act as if SIGNAL arrived when the supervisor's parent dies (e.g. TERM)",
+    )
     parser.add_argument("--log-format", choices=["text", "json"], help="log line format (default text)")
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="least severe log lines shown (default info, or the file's log_level)",
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (debug level)")
     return parser
 
@@ -137,7 +188,10 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
         rewrite=dict(ns.rewrite),
         process_group=ns.process_group,
         log_format=ns.log_format,
+        log_level=ns.log_level,
         verbose=ns.verbose,
+        zero_exit_codes=frozenset(ns.expect_exit),
+        parent_death_signal=ns.parent_death_signal,
         command=tuple(command),
     )
 
@@ -154,8 +208,16 @@ def build_config(options: RunOptions) -> Config:
         config = replace(config, grace_period=options.grace_period)
     if options.log_format is not None:
         config = replace(config, log_format=options.log_format)  # type: ignore[arg-type]
+    if options.log_level is not None:
+        config = replace(config, log_level=options.log_level)  # type: ignore[arg-type]
     if options.verbose:
         config = replace(config, log_level="debug")
+    config = replace(
+        config,
+        rewrite=MappingProxyType(dict(options.rewrite)),
+        forward_to_group=options.process_group,
+        zero_exit_codes=options.zero_exit_codes,
+    )
     if options.command:
         if config.main is not None:
             raise UsageError(
@@ -170,6 +232,9 @@ def build_config(options: RunOptions) -> Config:
             depends_on=tuple(p.name for p in config.processes),
             main=True,
             stop_signal=options.rewrite.get(signal.SIGTERM, signal.SIGTERM) or signal.SIGTERM,
+            # The command keeps the container's stdout and stderr, as under
+            # tini (supervisor/runtime/capture.py says why).
+            inherit_output=True,
         )
         config = replace(config, processes=(*config.processes, main))
     _check_privileges(config)
@@ -207,11 +272,15 @@ def run_main(
     inherited_fds: tuple[int, ...] = (),
 ) -> int:
     """The orchestrator process's main: parse, load, supervise; returns the exit code."""
+    from ._initpipe import StatusPipe
     from .config import ConfigError
 
+    status = StatusPipe(status_fd)
     try:
         options = parse_run_args(args)
         config = build_config(options)
+        # PID 1 enforces the wall with this grace period from now on.
+        status.grace(config.grace_period)
         hooks = _load_plugins(config)
     except UsageError as exc:
         return _usage_error(str(exc))
@@ -221,7 +290,7 @@ def run_main(
     from ._orchestrator import run_orchestrator  # trio: ~70 ms, after the spawn
 
     return run_orchestrator(
-        config, options, hooks, early=early, status_fd=status_fd, inherited_fds=inherited_fds, main_started=started
+        config, hooks, early=early, status_fd=status_fd, inherited_fds=inherited_fds, main_started=started
     )
 
 
@@ -276,6 +345,14 @@ def _config_error(exc: Exception) -> int:
 
 def main(args: Sequence[str]) -> int:
     """Entry for everything but ``run`` (the init layer routes those here)."""
+    from .control.protocol import COMMANDS
+
+    if args and args[0] in COMMANDS:
+        # The control socket's client: no plugin scan, no trio, so that
+        # `kubectl exec POD -- supervisor status` answers at once.
+        from .control.client import main as control_main
+
+        return control_main(args)
     from ._pluginhost import PluginHost
     from .config import ConfigError
 

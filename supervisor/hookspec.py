@@ -17,7 +17,14 @@ How hooks run
 * Every hook except ``supervisor_configure`` and ``supervisor_add_commands``
   may be ``async def`` or plain ``def``.  The host runs one trio task per
   implementation, all implementations of a hook concurrently in one nursery.
-  Blocking I/O belongs in ``trio.to_thread.run_sync`` with a timeout of its own.
+  A plain ``def`` runs in a worker thread, so blocking I/O in it (a
+  synchronous HTTP client, ``time.sleep``) never freezes the supervisor; when
+  its time is up the thread is abandoned, not waited for.  From such a thread,
+  ``deadline`` and ``ctx.timeline`` may be used directly; other trio calls go
+  through ``trio.from_thread.run_sync``.  An ``async def`` runs on the event
+  loop: blocking I/O there belongs in ``trio.to_thread.run_sync``, and one
+  that never yields (a CPU loop) holds everything up until PID 1 kills the
+  container at the end of the grace period.
 * An exception, a hang or a timeout in one implementation is logged with the
   plugin's name and recorded in the timeline; it never stops the other
   implementations, the shutdown, or PID 1.  Raise freely.
@@ -33,6 +40,30 @@ How hooks run
   out of the timeline.
 * ``ctx`` (``supervisor.Context``) is your plugin's view: its parsed settings,
   a logger named after it, the supervised processes, the timeline.
+
+Status lines and health checks
+------------------------------
+A plugin shows up in ``supervisor status`` and in the pod's health through
+two ``Context`` methods, callable from any hook (on trio's thread; from a
+plain ``def`` hook's worker thread, go through ``trio.from_thread.run_sync``).
+The built-in health checks report to the same board, so ``status``,
+``supervisor health``, ``/livez``, ``/readyz`` and ``/metrics`` agree:
+
+``ctx.set_status(text)``
+    ``text``: this plugin's one line under the status table ("guests: 3
+    running, 1 shutting down", "drain: 2 of 5 endpoints left"); newlines are
+    folded into spaces; None or ``""`` removes the line.  Call it whenever
+    the state changes; it costs a dictionary update.
+
+``ctx.report_health(name, *, ok, level="ready", detail="")``
+    ``name``: the check, shown as ``PLUGIN.NAME``.  ``ok``: its verdict now;
+    it counts at once, so apply any threshold of your own before reporting a
+    failure.  ``level``: ``"ready"`` (a failing check fails ``/readyz`` and
+    ``supervisor health``: the Service stops sending traffic) or ``"alive"``
+    (fails ``/livez``: the kubelet restarts the container — only for a state
+    the supervisor cannot recover from).  ``detail``: why, in a few words;
+    shown in ``status`` and in the probes' answer.  Report again when the
+    verdict changes; the last report stands.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -41,6 +42,14 @@ class Supervisor:
         user_namespace: bool = True,
     ) -> None:
         unshare = UNSHARE if user_namespace else UNSHARE_ROOT
+        env = dict(env or {})
+        # Each supervisor gets its own control socket: tests run in parallel,
+        # and /run/supervisor/ is shared by every PID namespace on the host.
+        self._socket_dir: tempfile.TemporaryDirectory[str] | None = None
+        if "SUPERVISOR_SOCKET" not in env:
+            self._socket_dir = tempfile.TemporaryDirectory(prefix="sup-sock-")
+            env["SUPERVISOR_SOCKET"] = os.path.join(self._socket_dir.name, "control.sock")
+        self.socket = env["SUPERVISOR_SOCKET"]
         argv = [*unshare, SUPERVISOR, *args] if pid1 else [SUPERVISOR, *args]
         self.pid1 = pid1
         self._pid: int | None = None
@@ -50,7 +59,7 @@ class Supervisor:
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **env},
             cwd=cwd,
             pass_fds=pass_fds,
         )
@@ -108,6 +117,9 @@ class Supervisor:
         if self.proc.poll() is None:
             self.proc.kill()  # --kill-child takes the namespace down with it
             self.proc.wait(10)
+        if self._socket_dir is not None:
+            self._socket_dir.cleanup()
+            self._socket_dir = None
 
     def wait_for(self, pattern: str, timeout: float = 15, stream: str = "stderr") -> re.Match[str]:
         """Block until a line matching ``pattern`` appears."""
@@ -166,3 +178,16 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def ended_at_the_wall(records: list[dict[str, object]], *steps: str) -> bool:
+    """Whether PID 1 killed everything at the wall (JSON log records), which
+    a loaded machine can make of a short grace period: the orchestrator not
+    scheduled in time to escalate and log, or still importing trio with the
+    main process started before it.  Then exactly one line says so, naming
+    start-up or one of ``steps`` as the stage reached."""
+    walls = [r for r in records if "over: SIGKILL to" in str(r["message"])]
+    if not walls:
+        return False
+    assert len(walls) == 1 and walls[0]["phase"] in ("start-up", *steps), records
+    return True

@@ -13,6 +13,7 @@ from .._results import Row
 from .core import escalation, exit_latency, memory, orphan_storm, signal_forwarding, startup
 from .hooks import hook_concurrency
 from .kube import endpoint_drain, lease_handover, memory_with_kubernetes
+from .overrun import overrun
 from .rollout import rolling_update
 from .vms import enforcer_lag, vm_shutdown
 
@@ -29,6 +30,7 @@ SCENARIOS: dict[str, Scenario] = {
     "memory-kubernetes": memory_with_kubernetes,
     "hooks": hook_concurrency,
     "escalation": escalation,
+    "overrun": overrun,
     "drain": endpoint_drain,
     "lease": lease_handover,
     "vms": vm_shutdown,

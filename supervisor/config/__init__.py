@@ -8,7 +8,17 @@ orchestrator and ``supervisor check``.
 
 from ._errors import ConfigError, Problem
 from ._load import load_config
-from ._model import Backoff, Capabilities, Config, Position, ProcessSpec, ReadyCheck
+from ._model import (
+    Backoff,
+    Capabilities,
+    Config,
+    ControlSettings,
+    HealthCheck,
+    HealthSettings,
+    Position,
+    ProcessSpec,
+    ReadyCheck,
+)
 from ._order import budget_problems, start_levels, stop_levels
 from ._render import render_plan
 from ._settings import Settings
@@ -18,6 +28,9 @@ __all__ = [
     "Capabilities",
     "Config",
     "ConfigError",
+    "ControlSettings",
+    "HealthCheck",
+    "HealthSettings",
     "Position",
     "Problem",
     "ProcessSpec",

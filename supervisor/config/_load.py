@@ -8,7 +8,8 @@ from types import MappingProxyType
 from typing import Literal, cast
 
 from ._errors import ConfigError, Problem
-from ._model import Config, Position, ProcessSpec
+from ._health import parse_control, parse_health, parse_process_checks
+from ._model import Config, HealthCheck, Position, ProcessSpec
 from ._nodes import Node, child_path, one_line
 from ._order import find_cycles
 from ._process import parse_process
@@ -16,7 +17,7 @@ from ._settings import Settings
 
 __all__ = ["TOP_LEVEL_KEYS", "load_config"]
 
-TOP_LEVEL_KEYS = ("grace_period", "log", "processes", "plugins")
+TOP_LEVEL_KEYS = ("grace_period", "log", "processes", "plugins", "control", "health")
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -75,8 +76,12 @@ def _build(root: Node, path: str, problems: list[Problem]) -> Config:
         log.check_keys(["format", "level"])
         log_format = log.string("format", log_format, choices=LOG_FORMATS)
         log_level = log.string("level", log_level, choices=LOG_LEVELS)
+    checks: list[HealthCheck] = []
+    processes = _processes(root.value, top, checks)
     return Config(
-        processes=_processes(root.value, top),
+        processes=processes,
+        control=parse_control(top.section("control")),
+        health=parse_health(top, checks, {spec.name for spec in processes}),
         grace_period=grace_period,
         log_format=cast(Literal["text", "json"], log_format),
         log_level=cast(Literal["debug", "info", "warning", "error"], log_level),
@@ -86,7 +91,7 @@ def _build(root: Node, path: str, problems: list[Problem]) -> Config:
     )
 
 
-def _processes(root: dict[str, Node], top: Settings) -> tuple[ProcessSpec, ...]:
+def _processes(root: dict[str, Node], top: Settings, checks: list[HealthCheck]) -> tuple[ProcessSpec, ...]:
     node = root.get("processes")
     if node is not None and isinstance(node.value, dict):
         # `processes: {web: {...}}` is another tool's layout; sections() would
@@ -107,6 +112,7 @@ def _processes(root: dict[str, Node], top: Settings) -> tuple[ProcessSpec, ...]:
             continue
         entry_of[spec.name] = entry
         specs.append(spec)
+        checks.extend(parse_process_checks(entry, spec.name))
     # Every name written, valid or not: a dependency on an invalid name is
     # not a second problem.
     written = {str(name) for entry in entries if (name := entry.raw("name")) is not None}

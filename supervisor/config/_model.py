@@ -21,6 +21,9 @@ __all__ = [
     "Backoff",
     "Capabilities",
     "Config",
+    "ControlSettings",
+    "HealthCheck",
+    "HealthSettings",
     "Position",
     "ProcessSpec",
     "ReadyCheck",
@@ -29,6 +32,8 @@ __all__ = [
 
 RestartPolicy = Literal["never", "on-failure", "always"]
 ReadyKind = Literal["socket", "tcp", "http", "exec", "file", "after"]
+HealthLevel = Literal["alive", "ready"]
+HealthAction = Literal["restart", "shutdown", "ignore"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +107,55 @@ class ProcessSpec:
     process_group: bool = True
     ready: ReadyCheck | None = None
     log_prefix: bool = False
+    # The command after `--`: its stdout and stderr are the supervisor's
+    # own, not pipes the supervisor reads (see supervisor/runtime/capture.py).
+    inherit_output: bool = False
     position: Position | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheck:
+    """A check repeated while the pod runs (``health:`` of a process or the top level).
+
+    ``probe`` is a readiness check of kind http, tcp or exec; each probe may
+    take ``timeout``; ``threshold`` consecutive failures make the check down
+    and trigger ``on_failure``.  ``process`` is the process it belongs to
+    (probed only while that process runs), None for a pod-wide check.
+    """
+
+    name: str
+    probe: ReadyCheck
+    period: float = 10.0
+    timeout: float = 3.0
+    threshold: int = 3
+    level: HealthLevel = "alive"
+    on_failure: HealthAction = "ignore"
+    process: str | None = None
+    position: Position | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSettings:
+    """The ``health:`` section: every check (per process ones included) and
+    the optional HTTP listener for the kubelet's probes (host, port)."""
+
+    checks: tuple[HealthCheck, ...] = ()
+    listen: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ControlSettings:
+    """The ``control:`` section: the local control socket.
+
+    ``socket`` None means the default location (``SUPERVISOR_SOCKET``, else
+    the first usable of /run/supervisor/ and /tmp/supervisor-UID/);
+    ``enabled`` False turns the socket off.  ``log_lines``: how many recent
+    output lines per process ``supervisor logs`` can show.
+    """
+
+    enabled: bool = True
+    socket: str | None = None
+    log_lines: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +171,14 @@ class Config:
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     plugins: Mapping[str, Settings] = field(default_factory=lambda: MappingProxyType({}))
+    control: ControlSettings = field(default_factory=ControlSettings)
+    health: HealthSettings = field(default_factory=HealthSettings)
+    # The signal policy of the command line: ``--rewrite FROM:TO`` (TO 0
+    # drops FROM) and ``-g`` (forward to the main process's whole group).
+    rewrite: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    forward_to_group: bool = False
+    # ``-e CODE``: main process exit codes reported as 0 (tini's remapping).
+    zero_exit_codes: frozenset[int] = frozenset()
     path: str | None = None
     # Positions of top-level keys, for messages about them (e.g. "plugins").
     positions: Mapping[str, Position] = field(default_factory=lambda: MappingProxyType({}))

@@ -24,7 +24,7 @@ __all__ = ["CAPABILITIES", "PROCESS_KEYS", "parse_process"]
 PROCESS_KEYS = (
     "name", "command", "depends_on", "main", "env", "cwd", "user", "group", "no_new_privs",
     "capabilities", "restart", "backoff", "on_failure", "stop_signal", "stop_timeout",
-    "process_group", "ready", "log_prefix",
+    "process_group", "ready", "log_prefix", "health",
 )  # fmt: skip
 _NAME = re.compile(r"[a-z0-9-]+")
 _ENV_NAME = re.compile(r"[^=\0]+")

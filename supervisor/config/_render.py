@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from .._redact import redact_url
 from .._units import format_duration, signal_name
-from ._model import Config, ProcessSpec, ReadyCheck
+from ._model import Config, ControlSettings, ProcessSpec, ReadyCheck
 from ._order import start_levels, stop_levels
 
 __all__ = ["describe_ready", "render_plan"]
@@ -38,6 +38,7 @@ def render_plan(config: Config, hooks: Mapping[str, Sequence[str]]) -> str:
     lines += _start_section(config, phases)
     lines.append("")
     lines += _shutdown_section(config, phases)
+    lines += _health_section(config)
     others = sorted(phase for phase in phases if phase.partition(":")[0] not in _PLACED | _NOT_PHASES)
     if others:
         lines += ["", "Event hooks"]
@@ -119,13 +120,16 @@ def describe_ready(check: ReadyCheck) -> str:
 def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]:
     # Imported here: the Deadline's module imports trio, which loading a
     # configuration does not otherwise need.
-    from .. import _deadline
+    from .. import _deadline, _initpipe
 
     grace = config.grace_period
     reserve = _deadline.reserve_for(grace)
     g = format_duration(grace)
+    # The orchestrator escalates a margin before the wall, where PID 1 kills.
+    escalation = f"{round(grace - _initpipe.wall_margin(grace), 3):g}s"
     lines = [
-        f"Shutdown plan (grace period {g}; SIGKILL escalation at {g}; hooks end {format_duration(reserve)} before it)"
+        f"Shutdown plan (grace period {g}; SIGKILL escalation at {escalation}; "
+        f"hooks end {format_duration(reserve)} before it)"
     ]
     if "shutdown_started" in phases:
         lines.append(_row("shutdown_started", ", ".join(phases["shutdown_started"]), "[0s]"))
@@ -150,6 +154,7 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
     if not levels:
         lines.append("  (no processes to stop)")
     lines.append(_row("post_stop", ", ".join(phases.get("post_stop", [])) or "-"))
+    lines.append(_row("wall", f"PID 1 kills what is left (exit {_initpipe.WALL_EXIT_CODE})", f"[{g}]"))
     lines.append(_summary(offset, grace, draining))
     return lines
 
@@ -184,3 +189,34 @@ def _summary(claimed: float, grace: float, draining: bool) -> str:
     if draining:
         return text + f"; pre_stop fits them all if D <= {format_duration(left)}."
     return text + f"; {format_duration(left)} to spare."
+
+
+def _health_section(config: Config) -> list[str]:
+    """Health checks, the probe listener and the control socket, one line
+    each; nothing when all of it is the default (just the socket)."""
+    if not config.health.checks and config.health.listen is None and config.control == ControlSettings():
+        return []
+    lines = ["", "Health and control"]
+    for check in config.health.checks:
+        what = describe_ready(check.probe).removeprefix("ready when ").rsplit(" (within", 1)[0]
+        scope = f"of {check.process}" if check.process else "pod-wide"
+        action = {"restart": f"restart {check.process}", "shutdown": "shut down", "ignore": "report only"}
+        lines.append(
+            _row(
+                f"check {check.name}",
+                f"{scope}, {check.level}: {what}; every {format_duration(check.period)}, "
+                f"timeout {format_duration(check.timeout)}; {check.threshold} failure(s) in a row: "
+                f"{action[check.on_failure]}",
+            )
+        )
+    if config.health.listen is not None:
+        host, port = config.health.listen
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        lines.append(_row("probe listener", f"http://{address}/livez, /readyz, /metrics"))
+    control = config.control
+    if not control.enabled:
+        lines.append(_row("control socket", "off"))
+    else:
+        where = control.socket or "default ($SUPERVISOR_SOCKET, /run/supervisor/ or /tmp/supervisor-UID/)"
+        lines.append(_row("control socket", f"{where}; {control.log_lines} output lines kept per process"))
+    return lines

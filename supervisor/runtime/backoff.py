@@ -58,6 +58,11 @@ class RestartTracker:
         """
         return len(self._restarts)
 
+    def in_window(self, now: float) -> int:
+        """Restarts that fall inside the window ending at ``now`` (for
+        ``supervisor status``)."""
+        return sum(1 for when in self._restarts if when > now - self.policy.window)
+
     def started(self, now: float) -> None:
         """Record that the process was spawned at ``now``."""
         self._last_start = now

@@ -9,13 +9,13 @@ orphans are somebody else's job).
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import signal
 import subprocess
-import sys
 import time
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 import trio
 
@@ -24,6 +24,8 @@ from .._status import ExitStatus
 from .._units import format_duration, signal_name
 from ..config import ProcessSpec
 from .backoff import RestartTracker
+from .capture import pump_through
+from .output import notify_line, pump_lines, stderr_writer, stdout_writer
 from .readiness import ReadyProbe, describe
 from .spawn import spawn_options
 from .state import ProcessState, check_transition
@@ -72,13 +74,13 @@ class _Adopted:
     for its own: the pidfd turns readable when the child exits, then
     ``Popen.wait`` reaps exactly that PID."""
 
-    stdout: trio.abc.ReceiveStream | None = None
-    stderr: trio.abc.ReceiveStream | None = None
-
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self._popen = popen
         self.pid = popen.pid
         self._pidfd = os.pidfd_open(popen.pid)
+        # Its output pipes, made before trio existed, read from now on.
+        self.stdout = _adopt_pipe(popen, "stdout")
+        self.stderr = _adopt_pipe(popen, "stderr")
 
     async def wait(self) -> int:
         try:
@@ -86,6 +88,15 @@ class _Adopted:
             return self._popen.wait()
         finally:
             os.close(self._pidfd)
+
+
+def _adopt_pipe(popen: subprocess.Popen[bytes], name: str) -> trio.lowlevel.FdStream | None:
+    pipe = getattr(popen, name)
+    if pipe is None:
+        return None
+    fd = os.dup(pipe.fileno())
+    pipe.close()
+    return trio.lowlevel.FdStream(fd)
 
 
 class SupervisedProcess:
@@ -117,6 +128,9 @@ class SupervisedProcess:
         self.status: ExitStatus | None = None
         self.restarts = 0
         self.ever_started = False
+        self.started_at: float | None = None  # monotonic time of the last spawn
+        self.tracker: RestartTracker | None = None
+        self._restart_requested = False
         self._state = ProcessState.PENDING
         self.state_since = time.monotonic()
 
@@ -169,7 +183,11 @@ class SupervisedProcess:
         fails for good.  Signals ``task_status.started()`` once the first
         spawn has been attempted (check ``running`` for its success)."""
         self.supervised = True
-        tracker = RestartTracker(self.spec.backoff)
+        # A new supervision (the first, or `supervisor start` after a stop)
+        # starts with no stop pending and a fresh backoff sequence.
+        self._stop_requested = trio.Event()
+        self._restart_requested = False  # (one a stop overtook is void)
+        self.tracker = tracker = RestartTracker(self.spec.backoff)
         first = True
         while True:
             tracker.started(trio.current_time())
@@ -208,6 +226,11 @@ class SupervisedProcess:
             self._events.process_restarted(self, tracker.attempt)
 
     def _should_restart(self, status: ExitStatus) -> bool:
+        if self._restart_requested:
+            # Stopped to be restarted (a failing health check): whatever
+            # the policy says, through the backoff and its limit.
+            self._restart_requested = False
+            return True
         if self.spec.restart == "always":
             return True
         return self.spec.restart == "on-failure" and not status.success
@@ -230,6 +253,7 @@ class SupervisedProcess:
             return status
         self._process = process
         self.ever_started = True
+        self.started_at = time.monotonic()
         log.info("started %s (pid %d): %s", self.name, process.pid, _shell_join(self.spec.command))
         if self.spec.ready is None:
             self._settle_readiness(None)
@@ -239,10 +263,20 @@ class SupervisedProcess:
         async with trio.open_nursery() as nursery:
             if self.spec.ready is not None:
                 nursery.start_soon(self._probe_readiness)
-            if self.spec.log_prefix:
-                for stream, out in ((process.stdout, sys.stdout.buffer), (process.stderr, sys.stderr.buffer)):
-                    if stream is not None:
-                        nursery.start_soon(_pump_lines, stream, out, f"[{self.name}] ")
+            # Prefixed lines (log_prefix), or the bytes as they came; both
+            # show every line to the observers (supervisor logs).
+            prefix = f"[{self.name}] ".encode()
+            for source, writer in ((process.stdout, stdout_writer()), (process.stderr, stderr_writer())):
+                if source is None:
+                    continue
+                pump = (
+                    functools.partial(pump_lines, source, writer, prefix)
+                    if self.spec.log_prefix
+                    else functools.partial(pump_through, source, writer)
+                )
+                nursery.start_soon(
+                    functools.partial(pump, process_name=self.name, stream=writer.name, on_line=notify_line)
+                )
             # Shielded: a process is always waited for (reaped) by its owner,
             # even while the surrounding task is being cancelled.
             with trio.CancelScope(shield=True):
@@ -337,6 +371,20 @@ class SupervisedProcess:
                 # Never started, or between two runs: it is stopped now.
                 self._mark_stopped()
             return self.status
+        return await self._terminate(deadline, stop_signal)
+
+    async def restart_run(self, deadline: Deadline, reason: str) -> ExitStatus | None:
+        """End this run the way ``stop`` would (stop signal, stop_timeout,
+        SIGKILL) and let the supervising task start it again through its
+        backoff: the restart policy's delays and limit apply, so a check
+        that keeps failing ends in FAILED like a crash loop does."""
+        if not self.running or self.stopping:
+            return self.status
+        log.warning("restarting %s: %s", self.name, reason)
+        self._restart_requested = True
+        return await self._terminate(deadline, None)
+
+    async def _terminate(self, deadline: Deadline, stop_signal: int | None) -> ExitStatus | None:
         if self._state is not ProcessState.STOPPING:
             self._enter(ProcessState.STOPPING)
         signo = stop_signal or self.spec.stop_signal
@@ -373,21 +421,6 @@ class SupervisedProcess:
     async def wait_exited(self) -> ExitStatus | None:
         await self._exited.wait()
         return self.status
-
-
-async def _pump_lines(stream: trio.abc.ReceiveStream, out: BinaryIO, prefix: str) -> None:
-    """Copy a child's output line by line with a prefix (``log_prefix``)."""
-    pending = b""
-    prefix_bytes = prefix.encode()
-    async for chunk in stream:
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        if lines:
-            out.write(b"".join(prefix_bytes + line + b"\n" for line in lines))
-            out.flush()
-    if pending:
-        out.write(prefix_bytes + pending + b"\n")
-        out.flush()
 
 
 def _shell_join(argv: tuple[str, ...], limit: int = 120) -> str:

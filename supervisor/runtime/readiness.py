@@ -90,8 +90,12 @@ class ReadyProbe:
         *,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        probe_timeout: float | None = None,
     ) -> None:
         self.check = check
+        # One limit for every kind of probe (a health check's timeout:),
+        # instead of the per-kind defaults above.
+        self.probe_timeout = probe_timeout
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.attempts = 0
@@ -132,6 +136,9 @@ class ReadyProbe:
             return None if os.path.exists(self._resolve(_path(self.check))) else "does not exist"
         return None  # "after" has nothing to probe
 
+    def _limit(self, default: float) -> float:
+        return self.probe_timeout if self.probe_timeout is not None else default
+
     def _resolve(self, path: str) -> str:
         return os.path.join(self.cwd, path) if self.cwd else path
 
@@ -139,26 +146,28 @@ class ReadyProbe:
         path = _path(self.check)
         # "@name" is a socket in the abstract namespace, as ss(8) shows it.
         address = "\0" + path[1:] if path.startswith("@") else self._resolve(path)
-        with trio.move_on_after(CONNECT_TIMEOUT):
+        limit = self._limit(CONNECT_TIMEOUT)
+        with trio.move_on_after(limit):
             try:
                 stream = await trio.open_unix_socket(address)
             except OSError as exc:
                 return _reason(exc)
             await stream.aclose()
             return None
-        return f"no connection within {format_duration(CONNECT_TIMEOUT)}"
+        return f"no connection within {format_duration(limit)}"
 
     async def _probe_tcp(self) -> str | None:
         # The configuration layer validated the address with the same parser.
         host, port = parse_tcp_address(_text(self.check))
-        with trio.move_on_after(CONNECT_TIMEOUT):
+        limit = self._limit(CONNECT_TIMEOUT)
+        with trio.move_on_after(limit):
             try:
                 stream = await trio.open_tcp_stream(host, port)
             except OSError as exc:
                 return _reason(exc)
             await stream.aclose()
             return None
-        return f"no connection within {format_duration(CONNECT_TIMEOUT)}"
+        return f"no connection within {format_duration(limit)}"
 
     async def _probe_http(self) -> str | None:
         # http.client pulls in the email package: ~2 MiB that a supervisor
@@ -166,19 +175,21 @@ class ReadyProbe:
         import http.client
 
         url = _text(self.check)
-        with trio.move_on_after(HTTP_TIMEOUT):
+        limit = self._limit(HTTP_TIMEOUT)
+        with trio.move_on_after(limit):
             try:
                 status = await trio.to_thread.run_sync(
-                    _http_status, url, HTTP_TIMEOUT, abandon_on_cancel=True, limiter=_http_threads()
+                    _http_status, url, limit, abandon_on_cancel=True, limiter=_http_threads()
                 )
             except (OSError, http.client.HTTPException, ValueError) as exc:
                 return _reason(exc)
             return None if 200 <= status < 400 else f"HTTP {status}"
-        return f"no answer within {format_duration(HTTP_TIMEOUT)}"
+        return f"no answer within {format_duration(limit)}"
 
     async def _probe_exec(self) -> str | None:
         argv = _argv(self.check)
-        with trio.move_on_after(EXEC_TIMEOUT):
+        limit = self._limit(EXEC_TIMEOUT)
+        with trio.move_on_after(limit):
             try:
                 result = await trio.run_process(
                     list(argv),
@@ -201,7 +212,7 @@ class ReadyProbe:
             if code < 0:
                 return f"killed by {signal_name(-code)}"
             return f"exited with {code}"
-        return f"did not finish within {format_duration(EXEC_TIMEOUT)} (killed)"
+        return f"did not finish within {format_duration(limit)} (killed)"
 
     def _cannot_spawn(self, argv: tuple[str, ...], exc: OSError) -> str:
         if isinstance(exc, FileNotFoundError):

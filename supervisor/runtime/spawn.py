@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ProcessSpec
+from .capture import captured
 from .privileges import preexec_for
 
 __all__ = ["SpawnOptions", "spawn_options", "start_now"]
@@ -50,7 +51,9 @@ class SpawnOptions:
 
 
 def spawn_options(spec: ProcessSpec, inherited_fds: tuple[int, ...] = ()) -> SpawnOptions:
-    piped = subprocess.PIPE if spec.log_prefix else None
+    # Read by the supervisor (supervisor/runtime/capture.py), but for an
+    # interactive main process, which keeps the terminal.
+    piped = subprocess.PIPE if captured(spec) else None
     preexec = preexec_for(spec)
     if spec.main and spec.process_group and _stdin_is_a_terminal():
         preexec = _with_terminal(preexec)

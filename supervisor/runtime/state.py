@@ -64,7 +64,10 @@ TRANSITIONS: dict[ProcessState, frozenset[ProcessState]] = {
     _S.STARTING: frozenset({_S.RUNNING, _S.STOPPING, _S.BACKOFF, _S.EXITED, _S.FAILED}),
     _S.RUNNING: frozenset({_S.STOPPING, _S.BACKOFF, _S.EXITED, _S.FAILED}),
     _S.BACKOFF: frozenset({_S.STARTING, _S.STOPPED}),
-    _S.STOPPING: frozenset({_S.STOPPED}),
+    # STOPPING → BACKOFF/FAILED: a run stopped to be restarted (a failing
+    # health check, SupervisedProcess.restart_run) goes back through the
+    # restart policy, which may also give up on it.
+    _S.STOPPING: frozenset({_S.STOPPED, _S.BACKOFF, _S.FAILED}),
     _S.STOPPED: frozenset({_S.STARTING}),
     _S.EXITED: frozenset({_S.STARTING}),
     _S.FAILED: frozenset({_S.STARTING}),

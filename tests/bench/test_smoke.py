@@ -29,6 +29,7 @@ SCENARIOS = {
     "memory",
     "hook concurrency",
     "escalation accuracy",
+    "overrun",
     "endpoint drain",
     "lease hand-over",
     "VM shutdown",

@@ -53,3 +53,24 @@ def test_a_traceback_in_the_log_is_found_with_its_exception_line() -> None:
     log = "started\nTraceback (most recent call last):\n  File 'x.py', line 1\n    boom()\nRuntimeError: boom\nexiting"
     assert _traceback(log) == "RuntimeError: boom"
     assert _traceback("started\nexiting with status 0") is None
+
+
+def test_a_partial_run_replaces_only_its_own_rows_and_is_listed() -> None:
+    from benchmarks._cli import merge_into
+
+    def named(scenario: str, value: float) -> Row:
+        return Row(scenario, "m", "ms", Target("≤ 20 ms", 20.0), Figure(value), {"tini": Figure(1.0)})
+
+    machine = {"cpus": 2, "cpu": "x", "kernel": "k", "python": "3", "load_average": [1.0]}
+    old_meta = {"finished": "then", "smoke": False, "duration": 300.0, "machine": machine, "versions": {}}
+    previous = {"meta": old_meta, "rows": [named("a", 1.0).as_json(), named("b", 2.0).as_json()]}
+    partial = {"finished": "now", "duration": 9.0, "machine": machine, "load_average_at_start": [2.0]}
+    rows, meta = merge_into(previous, [named("b", 5.0), named("c", 6.0)], {**partial, "scenarios": ["b", "c"]})
+    assert [(r.scenario, r.ours.value) for r in rows] == [("a", 1.0), ("b", 5.0), ("c", 6.0)]
+    assert rows[0].anchors["tini"].value == 1.0
+    assert meta["finished"] == "then" and [m["scenarios"] for m in meta["merged"]] == [["b", "c"]]
+    # Re-measuring c alone later keeps the note about b and c: b is still from then.
+    _, again = merge_into(
+        {"meta": meta, "rows": [r.as_json() for r in rows]}, [named("c", 7.0)], {**partial, "scenarios": ["c"]}
+    )
+    assert [m["scenarios"] for m in again["merged"]] == [["b", "c"], ["c"]]

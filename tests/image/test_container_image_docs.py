@@ -45,10 +45,13 @@ def test_the_deployment_runs_the_images_user_and_mounts_the_configmap() -> None:
     (container,) = pod["containers"]
     assert "command" not in container  # the image's ENTRYPOINT stays the supervisor
     config_path = container["args"][container["args"].index("-c") + 1]
-    (mount,) = container["volumeMounts"]
-    (volume,) = pod["volumes"]
-    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
-    assert config_path == f"{mount['mountPath']}/{next(iter(configmap['data']))}"
+    config_mount, run_mount = container["volumeMounts"]
+    config_volume, run_volume = pod["volumes"]
+    assert config_volume["configMap"]["name"] == configmap["metadata"]["name"]
+    assert config_path == f"{config_mount['mountPath']}/{next(iter(configmap['data']))}"
+    # A writable place for the control socket on the read-only root filesystem.
+    assert container["securityContext"]["readOnlyRootFilesystem"]
+    assert run_mount == {"name": run_volume["name"], "mountPath": "/run/supervisor"} and "emptyDir" in run_volume
 
 
 def test_the_configmaps_supervisor_configuration_passes_check(tmp_path: Path) -> None:

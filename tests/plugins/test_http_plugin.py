@@ -203,7 +203,7 @@ async def test_connection_refused_is_retried(tmp_path: Path) -> None:
     port = _closed_port()
     results, _, _ = await _run(
         tmp_path,
-        f"      - {{phase: pre_stop, url: 'http://127.0.0.1:{port}/', timeout: 300ms, retry_interval: 50ms}}\n",
+        f"      - {{phase: pre_stop, url: 'http://127.0.0.1:{port}/', timeout: 1s, retry_interval: 50ms}}\n",
     )
     assert results[0].outcome == "timeout"
     assert results[0].attempts >= 2
@@ -373,8 +373,9 @@ async def test_https_checks_the_certificate(tmp_path: Path, tls_server: tuple[st
     url, ca_file = tls_server
     results, _, _ = await _run(tmp_path, f"      - {{phase: pre_stop, url: '{url}', ca_file: '{ca_file}'}}\n")
     assert [(r.outcome, r.status) for r in results] == [("ok", 204)]
-    # Without the CA the certificate is unknown: retried, then reported.
-    results, _, _ = await _run(tmp_path, f"      - {{phase: pre_stop, url: '{url}', timeout: 300ms}}\n")
+    # Without the CA the certificate is unknown: retried, then reported.  (2 s:
+    # on a loaded machine the first TLS handshake alone can take 300 ms.)
+    results, _, _ = await _run(tmp_path, f"      - {{phase: pre_stop, url: '{url}', timeout: 2s}}\n")
     assert results[0].outcome == "timeout"
     assert results[0].detail.endswith("certificate verify failed: unable to get local issuer certificate")
     # Unless the user turns verification off.
@@ -386,6 +387,6 @@ async def test_a_missing_ca_file_is_reported(tmp_path: Path, tls_server: tuple[s
     url, _ = tls_server
     missing = tmp_path / "not-mounted-yet.pem"
     results, _, _ = await _run(
-        tmp_path, f"      - {{phase: pre_stop, url: '{url}', ca_file: '{missing}', timeout: 300ms}}\n"
+        tmp_path, f"      - {{phase: pre_stop, url: '{url}', ca_file: '{missing}', timeout: 1s}}\n"
     )
     assert results[0].detail.endswith(f"last: cannot read ca_file: No such file or directory: {missing}")

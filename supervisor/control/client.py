@@ -1,0 +1,312 @@
+"""``supervisor status|start|stop|restart|signal|logs|health``: the CLI's side
+of the control socket.
+
+Stdlib only and no trio: these run inside ``kubectl exec`` (and ``health``
+as an exec probe, every few seconds), so they must start in milliseconds.
+Every failure is one line on stderr: 1 for a refused request or a supervisor
+that cannot be reached, 2 for a usage mistake (as everywhere in this CLI);
+``health`` exits 1 when the answer is "not healthy".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
+
+from .._units import format_duration
+from .protocol import SOCKET_ENV, client_candidates
+
+__all__ = ["ControlClient", "SupervisorUnreachable", "main"]
+
+PROG = "supervisor"
+USAGE_ERROR = 2
+FAILED = 1
+_TIMEOUT = 30.0  # for an answer; start/stop wait for the process, up to its stop_timeout
+
+
+class SupervisorUnreachable(Exception):
+    """No supervisor to talk to; the message says why, on one line."""
+
+
+class RequestFailed(Exception):
+    """The supervisor refused the request; the message is its answer."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _Usage(message)
+
+
+class _Usage(Exception):
+    pass
+
+
+class ControlClient:
+    """One request per connection (see ``supervisor.control.protocol``)."""
+
+    def __init__(self, path: str | None = None, timeout: float | None = _TIMEOUT) -> None:
+        self.path = path
+        self.timeout = timeout
+
+    def _connect(self) -> socket.socket:
+        candidates = [self.path] if self.path else client_candidates()
+        missing = []
+        for path in candidates:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(path)
+            except FileNotFoundError:
+                sock.close()
+                missing.append(path)
+                continue
+            except OSError as exc:
+                sock.close()
+                raise SupervisorUnreachable(_connect_error(path, exc)) from None
+            return sock
+        where = " or ".join(missing)
+        raise SupervisorUnreachable(
+            f"no control socket at {where}: is the supervisor running here? "
+            f"(a socket configured elsewhere: --socket PATH or {SOCKET_ENV}=PATH)"
+        )
+
+    def stream(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """Send ``request``; yield every answer object as it arrives."""
+        sock = self._connect()
+        with sock:
+            try:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    # (Refused: the answer saying why is still there to read.)
+                    sock.sendall((json.dumps(request) + "\n").encode())
+                with sock.makefile("rb") as answers:
+                    for raw in answers:
+                        message = json.loads(raw)
+                        if isinstance(message, dict):
+                            yield message
+            except TimeoutError:
+                raise SupervisorUnreachable(f"no answer from the supervisor within {_TIMEOUT:g}s") from None
+            except (OSError, ValueError) as exc:
+                raise SupervisorUnreachable(f"the supervisor's answer was cut short: {exc}") from None
+
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send ``request``; return its one answer, raise RequestFailed for a refusal."""
+        for message in self.stream(request):
+            if message.get("ok") is False:
+                raise RequestFailed(str(message.get("error", "refused")))
+            return message
+        raise SupervisorUnreachable("the supervisor closed the connection without an answer")
+
+
+def _connect_error(path: str, exc: OSError) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        try:
+            owner = os.stat(path).st_uid
+        except OSError:
+            return f"permission denied: {path}: run as root or as the user the supervisor runs as"
+        you = os.getuid()
+        return f"permission denied: {path} belongs to uid {owner}; run as root or as uid {owner} (you are uid {you})"
+    if exc.errno == errno.ECONNREFUSED:
+        return f"no supervisor is listening on {path} (left over from one that has exited?)"
+    if isinstance(exc, TimeoutError):
+        return f"the supervisor did not accept the connection on {path} within {_TIMEOUT:g}s"
+    return f"cannot connect to {path}: {exc.strerror or exc}"
+
+
+# --------------------------------------------------------------------------
+# The command line
+# --------------------------------------------------------------------------
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog=PROG, description="Operate a running supervisor over its control socket.")
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--socket", metavar="PATH", help=f"the control socket (default: ${SOCKET_ENV}, then the usual places)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser, required=True)
+
+    def command(name: str, text: str) -> _Parser:
+        return sub.add_parser(name, help=text, parents=[common])
+
+    status = command("status", "one row per process, the health checks and any shutdown under way")
+    status.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    for name, text in (("start", "start stopped processes"), ("stop", "stop processes (they stay stopped)")):
+        command(name, text).add_argument("names", nargs="+", metavar="NAME")
+    command("restart", "stop, then start processes (not the main process)").add_argument(
+        "names", nargs="+", metavar="NAME"
+    )
+    sig = command("signal", "send a signal to a process (its process group if it has one)")
+    sig.add_argument("name", metavar="NAME")
+    sig.add_argument("signal", metavar="SIGNAL", help="HUP, SIGHUP, hup or 1")
+    logs = command("logs", "recent output lines (every process, or NAME's)")
+    logs.add_argument("name", nargs="?", metavar="NAME")
+    logs.add_argument("-n", "--lines", type=_count, default=10, metavar="N", help="how many (default 10)")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    health = command("health", "exit 0 if healthy, 1 if not (for exec probes)")
+    health.add_argument("--level", choices=["alive", "ready"], default="ready")
+    health.add_argument("-q", "--quiet", action="store_true", help="print nothing, only the exit status")
+    return parser
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of lines, got {text!r}")
+    return int(text)
+
+
+def main(args: Sequence[str]) -> int:
+    """Entry for the control subcommands (the CLI routes them here)."""
+    try:
+        ns = _parser().parse_args(list(args))
+    except _Usage as exc:
+        print(f"{PROG}: {exc} (see {PROG} {args[0] if args else ''} --help)", file=sys.stderr)
+        return USAGE_ERROR
+    # start/stop/restart take as long as the process's readiness timeout or
+    # stop_timeout, which the supervisor enforces; a follow has no end.
+    waits = ns.command in ("start", "stop", "restart") or (ns.command == "logs" and ns.follow)
+    client = ControlClient(ns.socket or None, timeout=None if waits else _TIMEOUT)
+    try:
+        return _run(ns, client)
+    except SupervisorUnreachable as exc:
+        print(f"{PROG} {ns.command}: {exc}", file=sys.stderr)
+        return FAILED
+    except RequestFailed as exc:
+        print(f"{PROG} {ns.command}: {exc}", file=sys.stderr)
+        return FAILED
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _run(ns: argparse.Namespace, client: ControlClient) -> int:
+    command = ns.command
+    if command == "status":
+        answer = client.request({"command": "status"})
+        if ns.output == "json":
+            print(json.dumps(answer, indent=2))
+        else:
+            print(render_status(answer), end="")
+        return 0
+    if command in ("start", "stop", "restart"):
+        answer = client.request({"command": command, "names": ns.names})
+        for message in answer.get("messages", []):
+            print(message)
+        return 0
+    if command == "signal":
+        answer = client.request({"command": "signal", "name": ns.name, "signal": ns.signal})
+        for message in answer.get("messages", []):
+            print(message)
+        return 0
+    if command == "logs":
+        return _logs(ns, client)
+    answer = client.request({"command": "health", "level": ns.level})
+    healthy = bool(answer.get("healthy"))
+    if not ns.quiet:
+        if healthy:
+            print(f"{ns.level}: ok")
+        else:
+            print(f"{ns.level}: failing: " + "; ".join(answer.get("reasons", [])))
+    return 0 if healthy else FAILED
+
+
+def _logs(ns: argparse.Namespace, client: ControlClient) -> int:
+    request = {"command": "logs", "name": ns.name, "lines": ns.lines, "follow": ns.follow}
+    many = ns.name is None
+    out = sys.stdout
+    for message in client.stream(request):
+        if message.get("ok") is False:
+            raise RequestFailed(str(message.get("error")))
+        if "dropped" in message:
+            print(f"supervisor logs: {message['dropped']} line(s) skipped: this client fell behind", file=sys.stderr)
+        if "line" in message:
+            prefix = f"[{message.get('process')}] " if many else ""
+            out.write(f"{prefix}{message['line']}\n")
+            if ns.follow:
+                out.flush()
+        if message.get("ok") is True:
+            break
+    return 0
+
+
+# --------------------------------------------------------------------------
+# The status table
+# --------------------------------------------------------------------------
+
+_COLUMNS = ("NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "READY", "CHECKS")
+
+
+def render_status(answer: dict[str, Any]) -> str:
+    """The text of ``supervisor status``: a header, one row per process,
+    plugin lines, the shutdown if one is under way."""
+    me = answer.get("supervisor", {})
+    verdicts = f"{'alive' if answer.get('alive') else 'NOT ALIVE'}, {'ready' if answer.get('ready') else 'not ready'}"
+    lines = [f"supervisor {me.get('version', '?')} (pid {me.get('pid', '?')}), up {_age(me.get('uptime'))}: {verdicts}"]
+    rows = [list(_COLUMNS)]
+    for process in answer.get("processes", []):
+        rows.append(_status_row(process))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    pod_checks = [check for check in answer.get("checks", []) if check.get("process") is None]
+    for check in pod_checks:
+        lines.append(f"check {check['name']} ({check['level']}): {_check_word(check)}")
+    for plugin, text in answer.get("plugins", {}).items():
+        lines.append(f"{plugin}: {text}")
+    shutdown = answer.get("shutdown")
+    if shutdown:
+        lines.append(
+            f"shutting down: {shutdown['reason']}; {format_duration(shutdown['elapsed'])} in, "
+            f"phase {shutdown['phase']}, {format_duration(shutdown['deadline_left'])} left before SIGKILL"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _status_row(process: dict[str, Any]) -> list[str]:
+    name = process["name"] + (" (main)" if process.get("main") else "")
+    pid = str(process["pid"]) if process.get("pid") else "-"
+    restarts = str(process.get("restarts_in_window", 0))
+    if process.get("restarts", 0) != process.get("restarts_in_window", 0):
+        restarts += f" ({process['restarts']} in all)"
+    checks = ", ".join(f"{check['name']}: {_check_word(check)}" for check in process.get("checks", [])) or "-"
+    return [
+        name,
+        process["state"],
+        pid,
+        _age(process.get("uptime")),
+        restarts,
+        process.get("last_exit") or "-",
+        process.get("readiness") or "-",
+        checks,
+    ]
+
+
+def _check_word(check: dict[str, Any]) -> str:
+    if check.get("up") is True:
+        return "up"
+    if check.get("up") is None:
+        return "not probed yet" if not check.get("failures") else f"failing ({check['failures']}x)"
+    detail = f": {check['detail']}" if check.get("detail") else ""
+    return f"down ({check.get('failures')}x{detail})"
+
+
+def _age(seconds: object) -> str:
+    if not isinstance(seconds, int | float):
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    return f"{hours // 24}d{hours % 24:02d}h"

@@ -1,0 +1,270 @@
+"""The control socket's server, inside the orchestrator (see ``protocol``).
+
+One trio task per connection; a connection carries one request.  The peer's
+credentials are checked before the request is even read, so a refused
+client learns nothing but the refusal.  Every wait on a client is bounded
+(reading its request, writing to it), so no client can pin a task, and the
+server's tasks end with the orchestrator: they never delay a shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from ..runtime.capture import captured
+from .logs import LogLine, LogRing
+from .operations import ControlError, Operations
+from .protocol import MAX_REQUEST, peer_allowed, prepare_directory
+
+__all__ = ["ControlServer"]
+
+log = logging.getLogger("supervisor.control")
+
+_READ_TIMEOUT = 5.0  # for the request line
+_WRITE_TIMEOUT = 10.0  # for each answer line: a client that stopped reading is dropped
+_FOLLOW_BUFFER = 1024  # lines a slow `logs -f` client may fall behind before it loses some
+_DEFAULT_LINES = 10
+
+
+class ControlServer:
+    def __init__(self, path: str, operations: Operations, ring: LogRing) -> None:
+        self.path = path
+        self.operations = operations
+        self.ring = ring
+        self._uid = os.getuid()
+        self._inode = -1
+        self._lock_fd: int | None = None
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Bind (replacing a stale socket), then serve until cancelled.  A
+        socket that cannot be made is a warning, not a failed pod: the
+        workload matters more than its remote control."""
+        try:
+            sock = self._bind()
+        except OSError as exc:
+            log.warning("no control socket: %s: %s", self.path, exc.strerror or exc)
+            task_status.started()
+            return
+        log.debug("control socket at %s", self.path)
+        try:
+            listener = trio.SocketListener(sock)
+            task_status.started()
+            await trio.serve_listeners(self._handle, [listener])
+        finally:
+            with contextlib.suppress(OSError):
+                if os.stat(self.path).st_ino == self._inode:
+                    os.unlink(self.path)
+
+    def _bind(self) -> trio.socket.SocketType:
+        prepare_directory(self.path)
+        self._lock_or_raise()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # stale: its supervisor is gone (we hold the lock)
+        plain = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # 0600 from the moment it exists: bind() applies the umask.  A
+        # plain, synchronous bind, so that no other task (a spawn, which
+        # would inherit the umask) runs while it is changed.
+        old = os.umask(0o177)
+        try:
+            plain.bind(self.path)
+        except OSError:
+            plain.close()
+            raise
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        self._inode = os.stat(self.path).st_ino
+        plain.listen(16)
+        return trio.socket.from_stdlib_socket(plain)
+
+    def _lock_or_raise(self) -> None:
+        """Hold ``PATH.lock`` for the life of the orchestrator, so that two
+        supervisors sharing a directory never take each other's socket."""
+        import fcntl
+
+        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OSError(0, "in use by another supervisor") from None
+        self._lock_fd = fd
+
+    # -- one connection ---------------------------------------------------------
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                await self._serve_one(stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
+                pass  # the client went away or stopped reading
+            except Exception:
+                # A bug answering one request must not take the server (or
+                # the orchestrator) down with it.
+                log.exception("control socket: request failed")
+
+    async def _serve_one(self, stream: trio.SocketStream) -> None:
+        send = _sender(stream)
+        uid = _peer_uid(stream.socket)
+        if uid is None or not peer_allowed(uid, self._uid):
+            log.warning("control socket: refused a client of uid %s", uid)
+            # Its request is read (and ignored) first: closing with unread
+            # data would reset the connection, and the client would lose the
+            # answer that tells it why.
+            await _read_request(stream)
+            await send(
+                _error(f"permission denied: only root and uid {self._uid} may use this socket (you are uid {uid})")
+            )
+            return
+        request = await _read_request(stream)
+        if not isinstance(request, dict):
+            await send(_error(request if isinstance(request, str) else "a request is one JSON object on one line"))
+            return
+        try:
+            if request.get("command") == "logs":
+                await self._logs(request, stream, send)
+                return
+            answer = await self._dispatch(request)
+        except ControlError as exc:
+            await send(_error(str(exc)))
+            return
+        await send(answer)
+
+    async def _dispatch(self, request: dict[str, Any]) -> dict[str, object]:
+        ops = self.operations
+        command = request.get("command")
+        if command == "status":
+            return ops.status()
+        if command in ("start", "stop", "restart"):
+            names = _names(request)
+            action = {"start": ops.start, "stop": ops.stop, "restart": ops.restart}[command]
+            return {"ok": True, "messages": await action(names)}
+        if command == "signal":
+            name, signal_text = request.get("name"), request.get("signal")
+            if not isinstance(name, str) or not isinstance(signal_text, str | int):
+                raise ControlError('signal needs "name" and "signal"')
+            return {"ok": True, "messages": [ops.signal(name, str(signal_text))]}
+        if command == "health":
+            level = request.get("level", "ready")
+            if level not in ("alive", "ready"):
+                raise ControlError(f"unknown health level {level!r}: use alive or ready")
+            verdict = ops.health(level)
+            return {"ok": True, "healthy": verdict.ok, "level": level, "reasons": list(verdict.reasons)}
+        raise ControlError(
+            f"unknown command {command!r} (commands: status, start, stop, restart, signal, logs, health)"
+        )
+
+    async def _logs(
+        self, request: dict[str, Any], stream: trio.SocketStream, send: Callable[[object], Awaitable[None]]
+    ) -> None:
+        name = request.get("name")
+        if name is not None:
+            if not isinstance(name, str):
+                raise ControlError('"name" must be a process name')
+            (process,) = self.operations.lookup([name])
+            if not captured(process.spec):
+                raise ControlError(
+                    f"{name}'s output is not captured: it writes to the container's stdout and stderr directly "
+                    "(a command after --, or a terminal); see kubectl logs, or run it from the configuration file"
+                )
+        count = request.get("lines", _DEFAULT_LINES)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ControlError('"lines" must be a number of lines, 0 or more')
+        follow = request.get("follow", False) is True
+        if not follow:
+            for line in self.ring.recent(name, count):
+                await send(line.as_dict())
+            await send({"ok": True})
+            return
+        # Subscribe before sending the backlog, so that no line falls between.
+        sender, receiver = trio.open_memory_channel[LogLine](_FOLLOW_BUFFER)
+        dropped = 0
+
+        def on_line(line: LogLine) -> None:
+            nonlocal dropped
+            if name is None or line.process == name:
+                try:
+                    sender.send_nowait(line)
+                except trio.WouldBlock:
+                    dropped += 1
+
+        unsubscribe = self.ring.follow(on_line)
+        try:
+            for line in self.ring.recent(name, count):
+                await send(line.as_dict())
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_eof, stream, nursery.cancel_scope)
+                async for line in receiver:
+                    if dropped:
+                        await send({"dropped": dropped})
+                        dropped = 0
+                    await send(line.as_dict())
+        finally:
+            unsubscribe()
+
+
+def _sender(stream: trio.SocketStream) -> Callable[[object], Awaitable[None]]:
+    async def send(message: object) -> None:
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        with trio.fail_after(_WRITE_TIMEOUT):
+            await stream.send_all(data)
+
+    return send
+
+
+async def _cancel_on_eof(stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        while await stream.receive_some(4096):
+            pass
+    scope.cancel()
+
+
+async def _read_request(stream: trio.SocketStream) -> dict[str, Any] | str:
+    data = b""
+    with trio.move_on_after(_READ_TIMEOUT):
+        while b"\n" not in data:
+            chunk = await stream.receive_some(4096)
+            if not chunk:
+                break
+            data += chunk
+            if len(data) > MAX_REQUEST:
+                return f"request longer than {MAX_REQUEST} bytes"
+    line = data.split(b"\n", 1)[0].strip()
+    if not line:
+        return "empty request: send one JSON object on one line"
+    try:
+        request = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return f"not JSON: {exc}"
+    if not isinstance(request, dict):
+        return 'a request is a JSON object such as {"command": "status"}'
+    return request
+
+
+def _names(request: dict[str, Any]) -> list[str]:
+    names = request.get("names")
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ControlError('"names" must be a list of process names')
+    return names
+
+
+def _peer_uid(sock: trio.socket.SocketType) -> int | None:
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", raw)
+    return int(uid)
+
+
+def _error(message: str) -> dict[str, object]:
+    return {"ok": False, "error": message}

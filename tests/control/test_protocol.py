@@ -1,0 +1,77 @@
+"""Where the socket goes and who may use it: the rules both sides share."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from supervisor.control import protocol
+
+
+@pytest.fixture
+def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A stand-in for /tmp and /run/supervisor that the test owns."""
+    root = Path(tempfile.mkdtemp(prefix="sup-proto-"))
+    monkeypatch.setattr(protocol, "_tmp_dir", lambda uid: f"{root}/tmp/supervisor-{uid}")
+    monkeypatch.setattr(protocol, "RUN_DIR", f"{root}/run/supervisor")
+    monkeypatch.delenv(protocol.SOCKET_ENV, raising=False)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_environment_names_the_socket_for_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(protocol.SOCKET_ENV, "/somewhere/ctl.sock")
+    assert protocol.default_socket() == "/somewhere/ctl.sock"
+    assert protocol.client_candidates() == ["/somewhere/ctl.sock"]
+
+
+def test_run_dir_when_it_can_be_made_else_a_private_tmp_dir(private_tmp: Path) -> None:
+    assert protocol.default_socket(uid=0) == f"{private_tmp}/run/supervisor/control.sock"
+    shutil.rmtree(private_tmp / "run")
+    (private_tmp / "run").write_text("not a directory: /run/supervisor cannot be made")
+    assert protocol.default_socket(uid=65532) == f"{private_tmp}/tmp/supervisor-65532/control.sock"
+
+
+def test_a_private_directory_must_be_ours(tmp_path: Path) -> None:
+    theirs = Path(tempfile.mkdtemp(prefix="supervisor-test-", dir="/tmp"))
+    try:
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(PermissionError, match=f"{theirs} is not a directory owned by uid 0"):
+            protocol.prepare_directory(f"{theirs}/control.sock")
+        link = Path(f"{theirs}-link")
+        link.symlink_to(tmp_path)
+        try:
+            with pytest.raises(PermissionError, match="is not a directory owned by"):
+                protocol.prepare_directory(f"{link}/control.sock")
+        finally:
+            link.unlink()
+    finally:
+        shutil.rmtree(theirs)
+
+
+def test_root_finds_a_non_root_supervisors_socket(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(protocol.SOCKET_ENV, raising=False)
+    made = Path("/tmp/supervisor-65532")
+    existed = made.exists()
+    made.mkdir(exist_ok=True)
+    try:
+        candidates = protocol.client_candidates(uid=0)
+        assert candidates[:2] == ["/run/supervisor/control.sock", "/tmp/supervisor-0/control.sock"]
+        assert "/tmp/supervisor-65532/control.sock" in candidates
+        assert "/tmp/supervisor-65532/control.sock" not in protocol.client_candidates(uid=1000)
+    finally:
+        if not existed:
+            made.rmdir()
+
+
+def test_peers() -> None:
+    assert protocol.peer_allowed(0, own_uid=65532)
+    assert protocol.peer_allowed(65532, own_uid=65532)
+    assert not protocol.peer_allowed(1000, own_uid=65532)

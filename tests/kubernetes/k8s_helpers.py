@@ -3,8 +3,11 @@ a Context, a Deadline, and the shutdown hooks called in the plan's order."""
 
 from __future__ import annotations
 
+import logging
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +17,45 @@ from supervisor import Context, Deadline, ExitStatus
 from tests.cluster import ControlPlane, FaultProxy, Namespace
 from tests.plugins._helpers import FakeProcess, configure, make_context
 
-__all__ = ["Harness", "KubeTarget", "harness"]
+__all__ = ["Harness", "KubeTarget", "controllers_held_until_the_plugin_looked", "harness"]
+
+# What the drain logs once it has listed the slices and found them routing.
+_LOOKED = "still route to this pod"
+
+
+class _ResumeWhenLogged(logging.Handler):
+    def __init__(self, plane: ControlPlane) -> None:
+        super().__init__(logging.INFO)
+        self.plane = plane
+        self.seen = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.seen and _LOOKED in record.getMessage():
+            self.seen = True
+            self.plane.resume_controllers()
+
+
+@contextmanager
+def controllers_held_until_the_plugin_looked(plane: ControlPlane, *, limit: float = 20.0) -> Iterator[None]:
+    """Hold kube-controller-manager (SIGSTOP) until the drain has listed the
+    slices and logged that they still route to this pod, so that it sees the
+    flip happen through its watch.  A fixed lag is not enough: on a loaded
+    machine the plugin's own start can outlast it, and the plugin then finds
+    the flip already done.  ``limit`` bounds the hold whatever happens."""
+    logger = logging.getLogger("supervisor.plugin.kubernetes")
+    handler = _ResumeWhenLogged(plane)
+    old_level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    timer = plane.pause_controllers(limit)
+    try:
+        yield
+    finally:
+        timer.cancel()
+        plane.resume_controllers()
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
 
 
 @dataclass

@@ -4,6 +4,7 @@ and flips them when a pod is deleted; faults come from the proxy."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import trio
 
 from supervisor import Deadline
 from tests.cluster import FaultProxy, Rule
-from tests.kubernetes.k8s_helpers import Harness, KubeTarget, harness
+from tests.kubernetes.k8s_helpers import Harness, KubeTarget, controllers_held_until_the_plugin_looked, harness
 from tests.plugins._helpers import LogRecords
 
 IP = "10.244.0.7"
@@ -54,13 +55,12 @@ async def test_drain_ends_after_the_controller_flips_and_the_propagation_delay(
         "web-0",
         "endpoint_drain: {propagation_delay: 0.5s, fallback_delay: 20s, progress_interval: 0.2s}",
     )
-    # The controller lags 1 s behind the deletion, so the plugin sees the
-    # endpoints route first and the flip later, through its watch.
+    # The controller is held until the plugin has seen the endpoints route,
+    # so it sees the flip later, through its watch.
     watch = ns.watch_slices(pod)
-    kube.plane.pause_controllers(1.0)
-    ns.delete_pod("web-0")
     deadline = Deadline(30)
-    with LogRecords.capture("kubernetes") as logs:
+    with controllers_held_until_the_plugin_looked(kube.plane), LogRecords.capture("kubernetes") as logs:
+        ns.delete_pod("web-0")
         await h.shutdown_started(deadline)
         ended = await h.pre_stop(deadline)
     flipped = watch.wait_flipped()
@@ -92,14 +92,15 @@ async def test_services_setting_limits_the_drain_to_the_named_ones(kube: KubeTar
     assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
 
 
-async def _delete_and_drain(kube: KubeTarget, h: Harness, *, lag: float = 0.5, pod: str = "web-0") -> LogRecords:
-    """Delete the pod with the controller ``lag`` seconds behind (so the
-    plugin watches the flip happen), then run the shutdown hooks."""
-    if lag:
-        kube.plane.pause_controllers(lag)
-    kube.cluster.delete_pod(pod)
+async def _delete_and_drain(kube: KubeTarget, h: Harness, *, lag: bool = True, pod: str = "web-0") -> LogRecords:
+    """Delete the pod with the controller held back until the plugin has
+    looked (so it watches the flip happen), then run the shutdown hooks."""
     deadline = Deadline(30)
-    with LogRecords.capture("kubernetes") as logs:
+    with contextlib.ExitStack() as stack:
+        if lag:
+            stack.enter_context(controllers_held_until_the_plugin_looked(kube.plane))
+        logs = stack.enter_context(LogRecords.capture("kubernetes"))
+        kube.cluster.delete_pod(pod)
         await h.shutdown_started(deadline)
         with trio.fail_after(30):
             await h.pre_stop(deadline)
@@ -414,11 +415,11 @@ async def test_many_slices_are_paged(
     monkeypatch.setattr(api, "PAGE_SIZE", 50)
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 30s}")
     watch = ns.watch_slices(pod)
-    kube.plane.pause_controllers(1.0)
-    ns.delete_pod("web-0")
     deadline = Deadline(30)
-    await h.shutdown_started(deadline)
-    ended = await h.pre_stop(deadline)
+    with controllers_held_until_the_plugin_looked(kube.plane):
+        ns.delete_pod("web-0")
+        await h.shutdown_started(deadline)
+        ended = await h.pre_stop(deadline)
     lag = ended - watch.wait_flipped()
     assert lag < 2.0, f"drain ended {lag:.3f}s after the flip"
     pages = _plugin_lists(proxy)
@@ -474,5 +475,5 @@ async def test_a_services_name_matching_no_service_is_a_warning_at_start_and_at_
 async def test_only_misnamed_services_is_a_warning_not_a_silent_nothing(kube: KubeTarget, tmp_path: Path) -> None:
     _web(kube)
     h = harness(kube, tmp_path, "web-0", "endpoint_drain: {services: [wbe], propagation_delay: 0s}")
-    logs = await _delete_and_drain(kube, h, lag=0)
+    logs = await _delete_and_drain(kube, h, lag=False)
     assert any("endpoint_drain.services names 'wbe'" in m for m in logs.at(logging.WARNING)), logs.messages

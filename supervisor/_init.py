@@ -3,8 +3,8 @@
 Why two processes.  A PID 1 must reap every orphan with ``waitpid(-1)``, but
 trio (and any plugin that runs a subprocess) waits for its own children by PID;
 a global reaper in the same process steals their exit statuses, which CPython
-then reports as 0 (see ../shared/reference/python-runtime.md, "reaping
-hazards").  So this layer is PID 1 and the only process that calls
+then reports as 0 (``Popen.wait`` finds the child already reaped, gets
+ECHILD, and returns 0).  So this layer is PID 1 and the only process that calls
 ``waitpid(-1)``; it forks the trio orchestrator, which is not a subreaper and
 waits only for the processes it spawned.  Orphans re-parent here.
 

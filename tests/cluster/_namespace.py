@@ -12,7 +12,6 @@ the test that applies the example file itself binds its own account.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 import uuid
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .kubelet import Kubelet
+from .kubelet import Kubelet, _raw
 
 if TYPE_CHECKING:
     from ._controlplane import ControlPlane
@@ -45,14 +44,6 @@ def micro_time(at: float | None = None) -> str:
 
     stamp = datetime.datetime.fromtimestamp(time.time() if at is None else at, datetime.UTC)
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _raw(response: Any) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(response.data)
-    finally:
-        response.release_conn()
-    return data
 
 
 class Namespace:

@@ -441,8 +441,11 @@ class Kubelet:
                     raise PodError(f"{pod.record.name}: the container exited before it was ready")
                 if pod.terminating.wait(period):
                     return
-        pod.record.ready = time.monotonic()
+        ready_at = time.monotonic()
         self._patch_status(pod.record, obj, ready=True)
+        # Set only once the API server has it, so that whoever sees the
+        # record ready also reads Ready=True from the server.
+        pod.record.ready = ready_at
         if self.on_ready is not None:
             self.on_ready(pod.record)
 

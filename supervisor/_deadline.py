@@ -18,18 +18,32 @@ import trio
 
 from ._initpipe import SECOND_SIGNAL_SLICE
 
-__all__ = ["Deadline", "reserve_for", "trio_now"]
+__all__ = ["Deadline", "reserve_for", "slack", "trio_now"]
 
 # Hooks stop this long before the escalation moment so that the plan can
 # still deliver stop signals and SIGKILL itself.  10% of the budget, at most
 # one second: a 2 s budget keeps 200 ms, a 30 s one keeps 1 s.
 _RESERVE_FRACTION = 0.1
 _RESERVE_MAX = 1.0
+# A deadline moved earlier keeps the reserve it had, unless that would be
+# more than a fifth of what is left then.  Stopping processes takes as long
+# as before, so the reserve should not shrink with the budget; but hooks must
+# still get most of a short budget (a pod deleted with a 2 s grace period
+# leaves hooks 1.6 s, not 1.0 s).
+_SHORTENED_RESERVE_FRACTION = 0.2
+
+
+def slack(at_most: float, fraction: float, of: float) -> float:
+    """A margin to keep back from ``of`` seconds: ``fraction`` of it, never
+    more than ``at_most``.  The one rule for every "leave a little time for
+    what comes after" in the core and the plugins, so that short budgets
+    shrink the margin in proportion and long ones cap it."""
+    return min(at_most, max(0.0, of) * fraction)
 
 
 def reserve_for(budget: float) -> float:
     """How much of a ``budget`` the plan keeps for stop signals and SIGKILL."""
-    return min(_RESERVE_MAX, budget * _RESERVE_FRACTION)
+    return slack(_RESERVE_MAX, _RESERVE_FRACTION, budget)
 
 
 def trio_now() -> float:
@@ -109,6 +123,15 @@ class Deadline:
     def elapsed(self) -> float:
         return trio_now() - self.started
 
+    def slack(self, at_most: float, fraction: float = 0.1, *, of: float | None = None) -> float:
+        """A margin for a step to keep back, for reporting or cleaning up
+        after its own wait: ``fraction`` of ``of`` seconds (by default the
+        time hooks have left, `remaining_for_hooks`), never more than
+        ``at_most``.  ``deadline.remaining_for_hooks() - deadline.slack(0.5)``
+        is how long a step may wait and still have time to say what
+        happened."""
+        return slack(at_most, fraction, self.remaining_for_hooks() if of is None else of)
+
     def announce(self) -> None:
         """Tell ``on_wall`` where the wall is now."""
         if self.on_wall is not None:
@@ -129,7 +152,7 @@ class Deadline:
             return False
         self._wall = wall
         self._at = max(now, min(self._at, wall - self.margin))
-        self.reserve = min(self.reserve, max(0.0, remaining) * _RESERVE_FRACTION * 2)
+        self.reserve = min(self.reserve, max(0.0, remaining) * _SHORTENED_RESERVE_FRACTION)
         self.reasons.append(reason)
         self._update_scopes()
         self.announce()

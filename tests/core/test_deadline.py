@@ -125,3 +125,23 @@ async def test_a_budget_that_started_earlier_counts_from_then(autojump_clock: tr
     deadline = Deadline(2.0, elapsed=0.3)
     assert deadline.remaining() == pytest.approx(1.7)
     assert deadline.elapsed() == pytest.approx(0.3)
+
+
+async def test_slack_is_a_capped_share_of_what_hooks_have_left(autojump_clock: trio.testing.MockClock) -> None:
+    deadline = Deadline(30.0)  # hooks have 29 s: 30 less the 1 s reserve
+    assert deadline.slack(0.5) == pytest.approx(0.5)  # 10 % would be 2.9 s; capped
+    assert deadline.slack(5.0, 0.5) == pytest.approx(5.0)
+    await trio.sleep(27.0)  # 2 s left for hooks
+    assert deadline.slack(0.5) == pytest.approx(0.2)
+    assert deadline.slack(0.5, 0.2, of=1.0) == pytest.approx(0.2)
+
+
+async def test_shortened_deadline_keeps_its_reserve_unless_it_would_crowd_out_hooks(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    deadline = Deadline(30.0)
+    assert deadline.shorten(10.0, "pod deletion deadline")
+    assert deadline.reserve == pytest.approx(1.0)  # stopping takes as long as before
+    assert deadline.shorten(2.0, "pod deletion deadline")
+    assert deadline.reserve == pytest.approx(0.4)  # a fifth of the 2 s left
+    assert deadline.remaining_for_hooks() == pytest.approx(1.6)

@@ -15,15 +15,16 @@ from ._model import (
     ControlSettings,
     HealthCheck,
     HealthSettings,
-    Position,
     ProcessSpec,
     ReadyCheck,
 )
 from ._order import budget_problems, start_levels, stop_levels
+from ._position import Position
 from ._render import render_plan
-from ._settings import Settings
+from ._settings import HOOK_TIMEOUT_KEY, Settings
 
 __all__ = [
+    "HOOK_TIMEOUT_KEY",
     "Backoff",
     "Capabilities",
     "Config",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ._model import Position
+from ._position import Position
 
 __all__ = ["ConfigError", "Problem"]
 

@@ -14,7 +14,7 @@ from typing import cast
 from .._units import format_duration
 from ._errors import Problem
 from ._model import ControlSettings, HealthAction, HealthCheck, HealthLevel, HealthSettings, ReadyCheck, ReadyKind
-from ._ready import _target, parse_tcp_address
+from ._ready import parse_target, parse_tcp_address
 from ._settings import Settings
 
 __all__ = ["CHECK_KINDS", "parse_control", "parse_health", "parse_process_checks"]
@@ -153,7 +153,7 @@ def _valid_times(section: Settings, period: float, timeout: float) -> bool:
 
 def _probe(section: Settings, kind: str, timeout: float) -> ReadyCheck | None:
     # The same readers and messages as ready:, so the two never disagree.
-    target = _target(section, cast(ReadyKind, kind))
+    target = parse_target(section, cast(ReadyKind, kind))
     if target is None:
         return None
     return ReadyCheck(kind=cast(ReadyKind, kind), target=target, timeout=timeout, interval=timeout)

@@ -9,9 +9,10 @@ from typing import Literal, cast
 
 from ._errors import ConfigError, Problem
 from ._health import parse_control, parse_health, parse_process_checks
-from ._model import Config, HealthCheck, Position, ProcessSpec
+from ._model import Config, HealthCheck, ProcessSpec
 from ._nodes import Node, child_path, one_line
 from ._order import find_cycles
+from ._position import Position
 from ._process import parse_process
 from ._settings import Settings
 

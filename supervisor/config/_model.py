@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
+from ._position import Position
+
 if TYPE_CHECKING:
     from ._settings import Settings
 
@@ -24,7 +26,6 @@ __all__ = [
     "ControlSettings",
     "HealthCheck",
     "HealthSettings",
-    "Position",
     "ProcessSpec",
     "ReadyCheck",
     "RestartPolicy",
@@ -34,18 +35,6 @@ RestartPolicy = Literal["never", "on-failure", "always"]
 ReadyKind = Literal["socket", "tcp", "http", "exec", "file", "after"]
 HealthLevel = Literal["alive", "ready"]
 HealthAction = Literal["restart", "shutdown", "ignore"]
-
-
-@dataclass(frozen=True, slots=True)
-class Position:
-    """A place in a configuration file; line and column count from 1."""
-
-    file: str
-    line: int
-    column: int
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +175,3 @@ class Config:
     @property
     def main(self) -> ProcessSpec | None:
         return next((p for p in self.processes if p.main), None)
-
-    def process(self, name: str) -> ProcessSpec:
-        return next(p for p in self.processes if p.name == name)

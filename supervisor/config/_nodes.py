@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._model import Position
+from ._position import Position
 
 __all__ = ["Node", "Scalar", "child_path", "one_line"]
 

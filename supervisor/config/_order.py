@@ -60,44 +60,66 @@ def find_cycles(graph: Mapping[str, Sequence[str]]) -> list[list[str]]:
 
 
 def _strong_components(edges: Mapping[str, Sequence[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iteratively (a long chain must not hit the recursion limit)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-    for root in edges:
-        if root in index:
-            continue
+    return _Tarjan(edges).components()
+
+
+class _Tarjan:
+    """Tarjan's strongly connected components, iteratively: a long chain of
+    dependencies must not hit the recursion limit.  The explicit ``work``
+    stack holds (node, next edge to follow); the entry below a node's is
+    always its parent in the search."""
+
+    def __init__(self, edges: Mapping[str, Sequence[str]]) -> None:
+        self.edges = edges
+        self.index: dict[str, int] = {}
+        self.low: dict[str, int] = {}
+        self.stack: list[str] = []
+        self.on_stack: set[str] = set()
+        self.found: list[list[str]] = []
+
+    def components(self) -> list[list[str]]:
+        for root in self.edges:
+            if root not in self.index:
+                self._search(root)
+        return self.found
+
+    def _search(self, root: str) -> None:
         work: list[tuple[str, int]] = [(root, 0)]
         while work:
             node, next_edge = work.pop()
             if next_edge == 0:
-                index[node] = low[node] = len(index)
-                stack.append(node)
-                on_stack.add(node)
-            targets = edges[node]
+                self._enter(node)
+            targets = self.edges[node]
             if next_edge < len(targets):
                 work.append((node, next_edge + 1))
-                target = targets[next_edge]
-                if target not in index:
-                    work.append((target, 0))
-                elif target in on_stack:
-                    low[node] = min(low[node], index[target])
-                continue
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                components.append(component)
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-    return components
+                self._follow(node, targets[next_edge], work)
+            else:
+                self._leave(node, work[-1][0] if work else None)
+
+    def _enter(self, node: str) -> None:
+        self.index[node] = self.low[node] = len(self.index)
+        self.stack.append(node)
+        self.on_stack.add(node)
+
+    def _follow(self, node: str, target: str, work: list[tuple[str, int]]) -> None:
+        if target not in self.index:
+            work.append((target, 0))
+        elif target in self.on_stack:
+            self.low[node] = min(self.low[node], self.index[target])
+
+    def _leave(self, node: str, parent: str | None) -> None:
+        if self.low[node] == self.index[node]:
+            # node is the root of a component: it and everything above it.
+            component = []
+            while True:
+                member = self.stack.pop()
+                self.on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            self.found.append(component)
+        if parent is not None:
+            self.low[parent] = min(self.low[parent], self.low[node])
 
 
 def _cycle_through(start: str, edges: Mapping[str, Sequence[str]], members: set[str]) -> list[str]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 import urllib.parse
+from collections.abc import Callable
 
 from .._units import format_duration
 from ._model import ReadyCheck, ReadyKind
 from ._settings import Settings
 
-__all__ = ["READY_KINDS", "parse_ready", "parse_tcp_address"]
+__all__ = ["READY_KINDS", "parse_ready", "parse_target", "parse_tcp_address"]
 
 READY_KINDS: tuple[ReadyKind, ...] = ("socket", "tcp", "http", "exec", "file", "after")
 _DEFAULT = ReadyCheck(kind="after", target=0.0)
@@ -35,7 +36,7 @@ def parse_ready(section: Settings) -> ReadyCheck | None:
         )
         return None
     kind = kinds[0]
-    target = _target(section, kind)
+    target = parse_target(section, kind)
     if target is None:
         return None
     if isinstance(target, float) and target >= timeout > 0:
@@ -45,27 +46,60 @@ def parse_ready(section: Settings) -> ReadyCheck | None:
     return ReadyCheck(kind=kind, target=target, timeout=timeout, interval=interval)
 
 
-def _target(section: Settings, kind: ReadyKind) -> str | tuple[str, ...] | float | None:
-    if kind == "exec":
-        return section.command("exec", required=True)
-    if kind == "after":
-        return section.duration("after", required=True)
+Target = str | tuple[str, ...] | float
+
+
+def parse_target(section: Settings, kind: ReadyKind) -> Target | None:
+    """The check's target under the key ``kind``, validated; None (with the
+    problem recorded) if it is missing or wrong.  Shared with ``health:``,
+    whose probes are readiness checks too."""
+    return _TARGET_READERS[kind](section, kind)
+
+
+def _command_target(section: Settings, kind: ReadyKind) -> Target | None:
+    return section.command(kind, required=True)
+
+
+def _seconds_target(section: Settings, kind: ReadyKind) -> Target | None:
+    return section.duration(kind, required=True)
+
+
+def _path_target(section: Settings, kind: ReadyKind) -> Target | None:
+    text = section.string(kind, required=True)
+    if text is not None and (not text or "\0" in text):
+        section.error(kind, "expected a path")
+        return None
+    return text
+
+
+def _address_target(section: Settings, kind: ReadyKind) -> Target | None:
     text = section.string(kind, required=True)
     if text is None:
         return None
-    if kind in ("socket", "file"):
-        if not text or "\0" in text:
-            section.error(kind, "expected a path")
-            return None
-        return text
-    if kind == "tcp":
-        try:
-            parse_tcp_address(text)
-        except ValueError as exc:
-            section.error(kind, str(exc))
-            return None
-        return text
-    return _http_url(section, text)
+    try:
+        parse_tcp_address(text)
+    except ValueError as exc:
+        section.error(kind, str(exc))
+        return None
+    return text
+
+
+def _url_target(section: Settings, kind: ReadyKind) -> Target | None:
+    text = section.string(kind, required=True)
+    return None if text is None else _http_url(section, text)
+
+
+# One reader per kind: what each kind's target is written as, and how it is
+# checked (the runtime reads it back with the same shape, see
+# supervisor.runtime.readiness).
+_TARGET_READERS: dict[ReadyKind, Callable[[Settings, ReadyKind], Target | None]] = {
+    "socket": _path_target,
+    "file": _path_target,
+    "tcp": _address_target,
+    "http": _url_target,
+    "exec": _command_target,
+    "after": _seconds_target,
+}
 
 
 def parse_tcp_address(text: str) -> tuple[str, int]:

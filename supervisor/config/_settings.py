@@ -16,13 +16,18 @@ from typing import overload
 
 from .._units import parse_duration, parse_signal
 from ._errors import Problem
-from ._model import Position
 from ._nodes import Node, child_path
+from ._position import Position
 
-__all__ = ["Settings"]
+__all__ = ["HOOK_TIMEOUT_KEY", "HOST_KEYS", "Settings"]
 
-# Available in every plugin's section: the host applies it to each hook call.
-HOST_KEYS = ("hook_timeout",)
+# The plugin host's own key, allowed in every plugin's section: the limit the
+# host puts on each of that plugin's hook calls.  Spelled once, here, where
+# sections are checked; the host reads the value under the same name.
+HOOK_TIMEOUT_KEY = "hook_timeout"
+# Keys the host reads in every plugin section, so no plugin's check_keys
+# calls them unknown.
+HOST_KEYS = (HOOK_TIMEOUT_KEY,)
 
 
 class Settings:
@@ -334,21 +339,8 @@ class Settings:
     def command(self, key: str, *, required: bool = False) -> tuple[str, ...] | None:
         """An argv: a list of strings, or one string split as a shell would (no shell runs)."""
         node = self._get(key, required)
-        if node is None:
-            return None
-        if isinstance(node.value, str):
-            try:
-                argv = shlex.split(node.value)
-            except ValueError as exc:
-                self.error(key, f"cannot split the command line: {exc} (or write it as a list)")
-                return None
-        elif isinstance(node.value, list):
-            items = self._items(key, node, "a string (one argument)")
-            if items is None:
-                return None
-            argv = items
-        else:
-            self.error(key, f"expected a command (a list of strings, or a string), got {node.describe()}")
+        argv = self._argv(key, node) if node is not None else None
+        if argv is None:
             return None
         if not argv or not argv[0]:
             self.error(key, "the command is empty")
@@ -357,6 +349,19 @@ class Settings:
             self.error(key, "the command contains a NUL character")
             return None
         return tuple(argv)
+
+    def _argv(self, key: str, node: Node) -> list[str] | None:
+        """The command's words as written, before they are checked."""
+        if isinstance(node.value, str):
+            try:
+                return shlex.split(node.value)
+            except ValueError as exc:
+                self.error(key, f"cannot split the command line: {exc} (or write it as a list)")
+                return None
+        if isinstance(node.value, list):
+            return self._items(key, node, "a string (one argument)")
+        self.error(key, f"expected a command (a list of strings, or a string), got {node.describe()}")
+        return None
 
     def mapping(self, key: str) -> dict[str, str]:
         """A mapping of strings to strings; numbers and booleans are taken as written."""

@@ -16,8 +16,8 @@ import yaml
 
 from ._envsubst import ExpansionError, expand
 from ._errors import Problem
-from ._model import Position
 from ._nodes import Node, Scalar, child_path
+from ._position import Position
 
 __all__ = ["parse_file", "parse_text"]
 
@@ -54,19 +54,9 @@ def parse_file(path: str, environ: Mapping[str, str]) -> tuple[Node | None, list
 
 def parse_text(text: str, file: str, environ: Mapping[str, str]) -> tuple[Node | None, list[Problem]]:
     """Parse YAML text; ``file`` names it in positions."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        return None, [_yaml_problem(exc, file, text)]
-    except yaml.reader.ReaderError as exc:
-        line, column = _line_column(text, exc.position)
-        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
-        message = f"invalid YAML: the character {char} is not allowed in a YAML file"
-        return None, [Problem(Position(file, line, column), message)]
-    except yaml.YAMLError as exc:  # no position known (not raised by PyYAML 6 for text input)
-        return None, [Problem(Position(file, 1, 1), f"invalid YAML: {exc}")]
-    except RecursionError:
-        return None, [Problem(Position(file, 1, 1), "invalid YAML: the document is nested too deeply")]
+    root, problem = _compose(text, file)
+    if problem is not None:
+        return None, [problem]
     if root is None:
         return None, []
     converter = _Converter(file, environ)
@@ -75,6 +65,24 @@ def parse_text(text: str, file: str, environ: Mapping[str, str]) -> tuple[Node |
     except RecursionError:
         return None, [Problem(_position(file, root), "the document is nested too deeply")]
     return node, converter.problems
+
+
+def _compose(text: str, file: str) -> tuple[yaml.Node | None, Problem | None]:
+    """PyYAML's node tree (None for an empty document), or the one problem
+    that stopped PyYAML, as a positioned line."""
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader), None
+    except yaml.MarkedYAMLError as exc:
+        return None, _yaml_problem(exc, file, text)
+    except yaml.reader.ReaderError as exc:
+        line, column = _line_column(text, exc.position)
+        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        message = f"invalid YAML: the character {char} is not allowed in a YAML file"
+        return None, Problem(Position(file, line, column), message)
+    except yaml.YAMLError as exc:  # no position known (not raised by PyYAML 6 for text input)
+        return None, Problem(Position(file, 1, 1), f"invalid YAML: {exc}")
+    except RecursionError:
+        return None, Problem(Position(file, 1, 1), "invalid YAML: the document is nested too deeply")
 
 
 def _decode(data: bytes) -> str:

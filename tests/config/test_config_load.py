@@ -85,7 +85,6 @@ def test_every_key_is_resolved(load: Load) -> None:
     assert controller.log_prefix is True
     assert controller.ready is None
     assert config.main is controller
-    assert config.process("libvirtd") is libvirtd
 
 
 def test_defaults(load: Load) -> None:

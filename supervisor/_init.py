@@ -43,7 +43,17 @@ from typing import NoReturn
 
 from ._initpipe import SECOND_SIGNAL_SLICE, STATUS_SIGNAL, WALL_EXIT_CODE
 from ._log import DEBUG, ERROR, INFO, WARNING, LogSettings, write
-from ._units import FORWARDABLE_SIGNALS, PIPE_RELAY, format_duration, parse_duration, parse_signal, signal_name
+from ._procstat import ProcStat, read_stat
+from ._status import ExitStatus
+from ._units import (
+    FORWARDABLE_SIGNALS,
+    PIPE_RELAY,
+    SHUTDOWN_SIGNALS,
+    format_duration,
+    parse_duration,
+    parse_signal,
+    signal_name,
+)
 
 __all__ = ["main"]
 
@@ -51,7 +61,6 @@ __all__ = ["main"]
 # neither forwarded nor acted on) so that the init layer never stops itself.
 # STATUS_SIGNAL is how the status pipe wakes us.
 _BLOCKED = (frozenset(range(1, 32)) - {signal.SIGKILL, signal.SIGSTOP}) | {STATUS_SIGNAL}
-_SHUTDOWN_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 # The grace period until the orchestrator reports the configured one, when
 # the command line has no --grace-period (the configuration's default).
@@ -173,30 +182,13 @@ def _option_values(args: list[str]) -> list[tuple[str, str]]:
     return found
 
 
-class _Process:
-    """One process found in /proc: enough to signal it and to name it."""
-
-    __slots__ = ("comm", "pid", "ppid")
-
-    def __init__(self, pid: int, ppid: int, comm: str) -> None:
-        self.pid, self.ppid, self.comm = pid, ppid, comm
-
-
-def _processes() -> dict[int, _Process]:
+def _processes() -> dict[int, ProcStat]:
     """Every live (not zombie) process in our PID namespace."""
     found = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                raw = stat.read()
-        except OSError:
-            continue
-        comm, _, rest = raw[raw.find(b"(") + 1 :].rpartition(b")")
-        fields = rest.split()
-        if fields[0] != b"Z":
-            found[int(entry)] = _Process(int(entry), int(fields[1]), comm.decode(errors="replace"))
+        stat = read_stat(int(entry)) if entry.isdigit() else None
+        if stat is not None and not stat.zombie:
+            found[stat.pid] = stat
     return found
 
 
@@ -310,7 +302,7 @@ class InitLayer:
             self._act_on(signo, info.si_pid)
 
     def _act_on(self, signo: int, sender: int) -> None:
-        if signo in _SHUTDOWN_SIGNALS and signo not in self.options.dropped:
+        if signo in SHUTDOWN_SIGNALS and signo not in self.options.dropped:
             self._on_stop_signal(signo)
         self._say(DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=sender)
         with contextlib.suppress(ProcessLookupError):
@@ -344,7 +336,7 @@ class InitLayer:
             if pid == self.orchestrator:
                 self.orchestrator_status = status
             else:
-                self._say(DEBUG, f"reaped orphan pid {pid} ({_describe(status)})")
+                self._say(DEBUG, f"reaped orphan pid {pid} ({ExitStatus.from_wait_status(status)})")
 
     def _read_status_pipe(self, fd: int) -> None:
         """The orchestrator's reports, one per line (see supervisor/_initpipe.py)."""
@@ -396,7 +388,7 @@ class InitLayer:
         )
         self._kill_all(left)
 
-    def _kill_all(self, left: list[_Process]) -> None:
+    def _kill_all(self, left: list[ProcStat]) -> None:
         """SIGKILL until nothing is left, re-scanning for processes that
         re-parent to us as their parents die; bounded, because a process in
         uninterruptible sleep outlives any signal."""
@@ -454,7 +446,7 @@ class InitLayer:
         )
         self._kill_all(survivors)
 
-    def _survivors(self) -> list[_Process]:
+    def _survivors(self) -> list[ProcStat]:
         """Processes that would outlive us: as PID 1, everything in the
         namespace; as a subreaper, all our descendants (orphans among them
         re-parent to us when their parents die)."""
@@ -464,7 +456,7 @@ class InitLayer:
         table.pop(mine, None)
         if self.is_pid1:
             return sorted(table.values(), key=lambda p: p.pid)
-        children: dict[int, list[_Process]] = {}
+        children: dict[int, list[ProcStat]] = {}
         for process in table.values():
             children.setdefault(process.ppid, []).append(process)
         found, todo = [], [mine]
@@ -474,7 +466,7 @@ class InitLayer:
                 todo.append(child.pid)
         return sorted(found, key=lambda p: p.pid)
 
-    def _signal(self, signo: int, processes: list[_Process]) -> None:
+    def _signal(self, signo: int, processes: list[ProcStat]) -> None:
         if self.is_pid1:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(-1, signo)
@@ -482,7 +474,7 @@ class InitLayer:
         self._signal_each(signo, processes)
 
     @staticmethod
-    def _signal_each(signo: int, processes: list[_Process]) -> None:
+    def _signal_each(signo: int, processes: list[ProcStat]) -> None:
         for process in processes:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signo)
@@ -504,7 +496,7 @@ class InitLayer:
             info = signal.sigtimedwait(_BLOCKED, left)
             if info is None:
                 continue
-            if info.si_signo in _SHUTDOWN_SIGNALS and info.si_signo not in self.options.dropped:
+            if info.si_signo in SHUTDOWN_SIGNALS and info.si_signo not in self.options.dropped:
                 self._say(WARNING, f"received {signal_name(info.si_signo)} again: escalating now")
                 self.second_signal_wall = time.monotonic()
                 return False
@@ -513,14 +505,12 @@ class InitLayer:
                 return False
 
     def _exit_code(self) -> int:
-        status = self.orchestrator_status
-        if status is None:
+        if self.orchestrator_status is None:
             return 70
-        if os.WIFSIGNALED(status):
-            signo = os.WTERMSIG(status)
-            self._say(ERROR, f"orchestrator killed by {signal_name(signo)}")
-            return 128 + signo
-        return os.waitstatus_to_exitcode(status)
+        status = ExitStatus.from_wait_status(self.orchestrator_status)
+        if status.signal is not None:
+            self._say(ERROR, f"orchestrator {status}")
+        return status.exit_code
 
 
 def _wake_on_data(fd: int) -> None:
@@ -557,9 +547,3 @@ def _orchestrator_child(args: list[str], status_fd: int, inherited_fds: tuple[in
         if output is not None:
             # Queued log lines get a moment; a stuck sink does not hold us.
             output.flush_all()
-
-
-def _describe(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by {signal_name(os.WTERMSIG(status))}"
-    return f"exit code {os.waitstatus_to_exitcode(status)}"

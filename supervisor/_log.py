@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, TextIO
+from typing import Any
 
 __all__ = ["DEBUG", "ERROR", "INFO", "WARNING", "LogSettings", "format_record", "write"]
 
@@ -64,20 +64,14 @@ def _text_value(value: Any) -> str:
     return repr(text) if (" " in text or not text) else text
 
 
-def write(
-    settings: LogSettings, level: int, logger: str, message: str, fields: dict[str, Any], stream: TextIO | None = None
-) -> None:
-    """Log from the init layer (no `logging` machinery there).  Without a
-    ``stream``, to stderr without ever blocking (see ``_NonBlockingStderr``)."""
+def write(settings: LogSettings, level: int, logger: str, message: str, fields: dict[str, Any]) -> None:
+    """Log from the init layer (no `logging` machinery there): to stderr,
+    without ever blocking (see ``_NonBlockingStderr``)."""
     if level < settings.level or settings.silenced:
         return
     line = format_record(settings.format, level, logger, message, fields) + "\n"
     try:
-        if stream is None:
-            _STDERR.write(line.encode(errors="backslashreplace"))
-        else:
-            stream.write(line)
-            stream.flush()
+        _STDERR.write(line.encode(errors="backslashreplace"))
     except (OSError, ValueError):
         # A closed stderr must never take PID 1 down, nor make it retry
         # (and raise SIGPIPE) for every later line.

@@ -27,7 +27,7 @@ from ._logging import configure_logging
 from ._plan import ShutdownPlan
 from ._status import ExitStatus
 from ._timeline import Timeline
-from ._units import PIPE_RELAY, format_duration, signal_name
+from ._units import PIPE_RELAY, SHUTDOWN_SIGNALS, format_duration, signal_name
 from .config import Config, start_levels
 from .control.service import Services
 from .runtime import SupervisedProcess
@@ -45,7 +45,6 @@ log = logging.getLogger("supervisor")
 # the container down: EX_SOFTWARE from sysexits.h, distinct from anything a
 # signal death (128+N) or a usage error (2) produces.
 EXIT_PROCESS_FAILED = 70
-_SHUTDOWN_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +235,7 @@ class Orchestrator:
             # not a second stop signal either.
             log.info("received %s: dropped (--rewrite)", signal_name(signo))
             return
-        if signo in _SHUTDOWN_SIGNALS:
+        if signo in SHUTDOWN_SIGNALS:
             if self.shutdown_requested.is_set():
                 log.warning("received %s again: escalating to SIGKILL now", signal_name(signo))
                 if self.deadline is not None:

@@ -13,6 +13,7 @@ import signal
 __all__ = [
     "FORWARDABLE_SIGNALS",
     "PIPE_RELAY",
+    "SHUTDOWN_SIGNALS",
     "format_duration",
     "parse_duration",
     "parse_signal",
@@ -35,6 +36,11 @@ _NOT_FORWARDED = {
     signal.SIGTTOU,
 }
 FORWARDABLE_SIGNALS: frozenset[int] = frozenset(s for s in range(1, 32) if s not in _NOT_FORWARDED)
+
+# The signals that ask for a shutdown (and, a second time, for the kill): the
+# kubelet's SIGTERM and a terminal's Ctrl-C.  The init layer and the
+# orchestrator both act on them, so the two must agree on the set.
+SHUTDOWN_SIGNALS: frozenset[int] = frozenset({signal.SIGTERM, signal.SIGINT})
 
 # The init layer relays a SIGPIPE that somebody sent as this real-time signal:
 # the orchestrator must keep SIGPIPE itself ignored, or every write of its own

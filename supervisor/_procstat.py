@@ -1,0 +1,50 @@
+"""One process's line of ``/proc/PID/stat``: its name, state and parent.
+
+Both layers read it: the init layer to find (and name) the processes left
+when it sweeps, the process runtime to see whether a process it is about to
+stop is itself stopped.  Stdlib only, and nothing beyond what the init layer
+already imports, as PID 1 uses it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["ProcStat", "read_stat"]
+
+
+class ProcStat(NamedTuple):
+    pid: int
+    comm: str
+    """The command name the kernel keeps (at most 15 bytes, as ps shows it)."""
+    state: str
+    """One letter: R running, S sleeping, D in uninterruptible I/O, Z zombie,
+    T stopped by a signal, t stopped by a tracer, ..."""
+    ppid: int
+
+    @property
+    def zombie(self) -> bool:
+        return self.state == "Z"
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped (SIGSTOP, a debugger): it acts on no signal but SIGKILL
+        and SIGCONT until it is continued."""
+        return self.state in ("T", "t")
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """The process's stat line, or None when it is gone (or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            raw = file.read()
+    except OSError:
+        return None
+    # The name is in parentheses and may itself contain ")" or spaces; the
+    # last ")" of the line is the one that closes it.
+    head, _, rest = raw.rpartition(b")")
+    fields = rest.split()
+    if len(fields) < 2 or not fields[1].isdigit():
+        return None
+    comm = head[head.find(b"(") + 1 :].decode(errors="replace")
+    return ProcStat(pid, comm, fields[0].decode(errors="replace"), int(fields[1]))

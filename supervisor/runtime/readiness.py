@@ -1,8 +1,8 @@
 """Readiness checks: when a started process is ready for its dependents.
 
-``wait_ready`` probes until the check passes and only ever returns then; the
-caller owns the time limit (``trio.fail_after(check.timeout)``) and cancels
-the wait when the process exits first.  Every probe is bounded on its own, so
+``ReadyProbe.wait`` probes until the check passes and only ever returns then;
+the caller owns the time limit (``trio.move_on_after(check.timeout)``) and
+cancels the wait when the process exits first.  Every probe is bounded on its own, so
 one hung connection or command cannot eat the whole start-up timeout.
 
 The exec probe is spawned and waited for by trio (pidfd, by PID): nothing here
@@ -31,7 +31,7 @@ from supervisor._units import format_duration, signal_name
 from supervisor.config._model import ReadyCheck
 from supervisor.config._ready import parse_tcp_address
 
-__all__ = ["ReadyProbe", "describe", "wait_ready"]
+__all__ = ["ReadyProbe", "describe"]
 
 log = logging.getLogger("supervisor.readiness")
 
@@ -63,7 +63,7 @@ def describe(check: ReadyCheck) -> str:
     """One phrase for logs and plans: ``tcp 127.0.0.1:8080 accepts connections``."""
     kind = check.kind
     if kind == "socket":
-        return f"socket {_path(check)} accepts connections"
+        return f"socket {_text(check)} accepts connections"
     if kind == "tcp":
         return f"tcp {_text(check)} accepts connections"
     if kind == "http":
@@ -71,7 +71,7 @@ def describe(check: ReadyCheck) -> str:
     if kind == "exec":
         return f"exec `{shlex.join(_argv(check))}` exits 0"
     if kind == "file":
-        return f"file {_path(check)} exists"
+        return f"file {_text(check)} exists"
     return f"after {format_duration(_seconds(check))}"
 
 
@@ -133,7 +133,7 @@ class ReadyProbe:
             # A plain stat, not a thread: the marker files this is meant for
             # live on local disks, and a thread per probe would let trio's
             # MockClock jump past the probe in tests.
-            return None if os.path.exists(self._resolve(_path(self.check))) else "does not exist"
+            return None if os.path.exists(self._resolve(_text(self.check))) else "does not exist"
         return None  # "after" has nothing to probe
 
     def _limit(self, default: float) -> float:
@@ -143,7 +143,7 @@ class ReadyProbe:
         return os.path.join(self.cwd, path) if self.cwd else path
 
     async def _probe_socket(self) -> str | None:
-        path = _path(self.check)
+        path = _text(self.check)
         # "@name" is a socket in the abstract namespace, as ss(8) shows it.
         address = "\0" + path[1:] if path.startswith("@") else self._resolve(path)
         limit = self._limit(CONNECT_TIMEOUT)
@@ -230,22 +230,6 @@ class ReadyProbe:
         return reason
 
 
-async def wait_ready(
-    check: ReadyCheck,
-    *,
-    env: Mapping[str, str] | None = None,
-    cwd: str | None = None,
-) -> None:
-    """Return once ``check`` passes; never return otherwise.
-
-    Probes every ``check.interval`` (see ``ReadyProbe.wait``).  The caller
-    bounds the wait with ``trio.fail_after(check.timeout)`` and cancels it if
-    the process exits; use ``ReadyProbe`` directly to also learn why the last
-    probe failed.
-    """
-    await ReadyProbe(check, env=env, cwd=cwd).wait()
-
-
 async def _kill_group(process: trio.Process) -> None:
     # Runs before trio waits for the process, so the group id (the
     # still-unreaped leader's PID) cannot have been reused yet.
@@ -309,10 +293,6 @@ def _text(check: ReadyCheck) -> str:
     if not isinstance(check.target, str):
         raise TypeError(f"a {check.kind} ready check needs a string target, got {check.target!r}")
     return check.target
-
-
-def _path(check: ReadyCheck) -> str:
-    return _text(check)
 
 
 def _argv(check: ReadyCheck) -> tuple[str, ...]:

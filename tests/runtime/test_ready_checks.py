@@ -18,7 +18,7 @@ import trustme
 
 from supervisor.config._model import ReadyCheck
 from supervisor.runtime import readiness
-from supervisor.runtime.readiness import ReadyProbe, describe, wait_ready
+from supervisor.runtime.readiness import ReadyProbe, describe
 
 FAST = 0.02  # probe interval for real-clock tests
 
@@ -39,12 +39,17 @@ def own_zombies() -> list[int]:
     return zombies
 
 
-def gone(pid: int) -> bool:
+async def wait_gone(pid: int) -> None:
+    """Return once ``pid`` has exited (a zombie counts): a pidfd turns
+    readable then, for any process, not only our own children."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)
 
 
 def free_port() -> int:
@@ -54,10 +59,41 @@ def free_port() -> int:
         return port
 
 
-async def never_ready(probe: ReadyProbe, seconds: float = 0.4) -> None:
-    with trio.move_on_after(seconds) as scope:
+async def never_ready(probe: ReadyProbe, failures: int = 3) -> None:
+    """Let ``probe`` fail ``failures`` probes in a row, however long a busy
+    machine takes for them, and check that its wait never returned."""
+    failed = 0
+    enough = trio.Event()
+    real_probe = probe.probe
+
+    async def counted() -> str | None:
+        nonlocal failed
+        failure = await real_probe()
+        assert failure is not None, "the check passed but should not have"
+        failed += 1
+        if failed >= failures:
+            enough.set()
+        return failure
+
+    async def waiting() -> None:
         await probe.wait()
-    assert scope.cancelled_caught, "the check passed but should not have"
+        raise AssertionError("the check passed but should not have")
+
+    probe.probe = counted  # type: ignore[method-assign]
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiting)
+            with trio.fail_after(60):
+                await enough.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        del probe.probe  # the class's method again
+
+
+async def ready(check: ReadyCheck, *, env: dict[str, str] | None = None, cwd: str | None = None) -> None:
+    """Wait for ``check`` to pass, within a bound no busy machine reaches."""
+    with trio.fail_after(30):
+        await ReadyProbe(check, env=env, cwd=cwd).wait()
 
 
 # -- describe -------------------------------------------------------
@@ -98,31 +134,22 @@ def test_wrong_target_type_is_a_clear_type_error() -> None:
 async def test_tcp_ready_when_listener_accepts() -> None:
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
-    with trio.fail_after(5):
-        await wait_ready(ReadyCheck("tcp", f"127.0.0.1:{port}", interval=FAST))
+    await ready(ReadyCheck("tcp", f"127.0.0.1:{port}", interval=FAST))
     await trio.aclose_forcefully(listeners[0])
 
 
 async def test_tcp_waits_for_the_listener_to_appear() -> None:
     port = free_port()
-    listening_since: list[float] = []
-
-    async def listen_later() -> None:
-        await trio.sleep(0.3)
-        listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
-        listening_since.append(trio.current_time())
-        await trio.sleep(10)
-        await trio.aclose_forcefully(listeners[0])
-
     probe = ReadyProbe(ReadyCheck("tcp", f"127.0.0.1:{port}", interval=FAST))
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(listen_later)
-        with trio.fail_after(5):
-            await probe.wait()
-        assert listening_since, "ready before anything listened"
-        nursery.cancel_scope.cancel()
-    assert probe.attempts > 2
+    await never_ready(probe)
     assert probe.last_failure == "connection refused"
+    listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+    try:
+        with trio.fail_after(30):
+            await probe.wait()
+    finally:
+        await trio.aclose_forcefully(listeners[0])
+    assert probe.attempts > 3
 
 
 async def test_tcp_refused_is_never_ready() -> None:
@@ -138,16 +165,14 @@ async def test_tcp_ipv6_literal() -> None:
     except OSError as exc:  # pragma: no cover - depends on the machine
         pytest.skip(f"no IPv6 loopback here: {exc}")
     port = listeners[0].socket.getsockname()[1]
-    with trio.fail_after(5):
-        await wait_ready(ReadyCheck("tcp", f"[::1]:{port}", interval=FAST))
+    await ready(ReadyCheck("tcp", f"[::1]:{port}", interval=FAST))
     await trio.aclose_forcefully(listeners[0])
 
 
 async def test_tcp_hostname_is_resolved() -> None:
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
-    with trio.fail_after(5):
-        await wait_ready(ReadyCheck("tcp", f"localhost:{port}", interval=FAST))
+    await ready(ReadyCheck("tcp", f"localhost:{port}", interval=FAST))
     await trio.aclose_forcefully(listeners[0])
 
 
@@ -164,9 +189,9 @@ def unix_listener(address: str) -> socket.socket:
 async def test_socket_ready_when_it_accepts(tmp_path: Path) -> None:
     path = tmp_path / "app.sock"
     probe = ReadyProbe(ReadyCheck("socket", str(path), interval=FAST))
-    await never_ready(probe, 0.1)
+    await never_ready(probe)
     assert probe.last_failure == "no such file or directory"
-    with unix_listener(str(path)), trio.fail_after(5):
+    with unix_listener(str(path)), trio.fail_after(30):
         await probe.wait()
 
 
@@ -183,15 +208,15 @@ async def test_socket_file_without_listener_is_not_ready(tmp_path: Path) -> None
 
 
 async def test_socket_relative_path_is_taken_from_cwd(tmp_path: Path) -> None:
-    with unix_listener(str(tmp_path / "rel.sock")), trio.fail_after(5):
-        await wait_ready(ReadyCheck("socket", "rel.sock", interval=FAST), cwd=str(tmp_path))
+    with unix_listener(str(tmp_path / "rel.sock")):
+        await ready(ReadyCheck("socket", "rel.sock", interval=FAST), cwd=str(tmp_path))
 
 
 async def test_socket_in_the_abstract_namespace() -> None:
     name = f"pid1-supervisor-test-{os.getpid()}"
     probe = ReadyProbe(ReadyCheck("socket", f"@{name}", interval=FAST))
-    await never_ready(probe, 0.1)
-    with unix_listener("\0" + name), trio.fail_after(5):
+    await never_ready(probe)
+    with unix_listener("\0" + name), trio.fail_after(30):
         await probe.wait()
 
 
@@ -224,8 +249,7 @@ class HttpServer:
                 await trio.sleep_forever()
             location = "Location: /elsewhere\r\n" if 300 <= status < 400 else ""
             await stream.send_all(
-                f"HTTP/1.1 {status} X\r\n{location}Content-Length: 0\r\n"
-                "Connection: close\r\n\r\n".encode()
+                f"HTTP/1.1 {status} X\r\n{location}Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
             )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
@@ -243,43 +267,36 @@ async def http_server(nursery: trio.Nursery) -> AsyncIterator[HttpServer]:
 
 async def test_http_2xx_is_ready(http_server: HttpServer) -> None:
     url = f"http://127.0.0.1:{http_server.port}/ok?probe=1"
-    with trio.fail_after(5):
-        await wait_ready(ReadyCheck("http", url, interval=FAST))
+    await ready(ReadyCheck("http", url, interval=FAST))
     method, target, headers = http_server.requests[-1]
     assert (method, target) == ("GET", "/ok?probe=1")
     assert headers["Host"] == f"127.0.0.1:{http_server.port}"
 
 
 async def test_http_3xx_is_ready_and_not_followed(http_server: HttpServer) -> None:
-    with trio.fail_after(5):
-        await wait_ready(
-            ReadyCheck("http", f"http://127.0.0.1:{http_server.port}/redirect", interval=FAST)
-        )
+    await ready(ReadyCheck("http", f"http://127.0.0.1:{http_server.port}/redirect", interval=FAST))
     assert [target for _, target, _ in http_server.requests] == ["/redirect"]
 
 
 async def test_http_5xx_waits_until_it_turns_2xx(http_server: HttpServer) -> None:
     url = f"http://127.0.0.1:{http_server.port}/error"
     probe = ReadyProbe(ReadyCheck("http", url, interval=FAST))
-    await never_ready(probe, 0.2)
+    await never_ready(probe)
     assert probe.last_failure == "HTTP 500"
     http_server.routes["/error"] = 204
-    with trio.fail_after(5):
+    with trio.fail_after(30):
         await probe.wait()
 
 
 async def test_http_404_is_not_ready(http_server: HttpServer) -> None:
-    probe = ReadyProbe(
-        ReadyCheck("http", f"http://127.0.0.1:{http_server.port}/missing", interval=FAST)
-    )
-    await never_ready(probe, 0.2)
+    probe = ReadyProbe(ReadyCheck("http", f"http://127.0.0.1:{http_server.port}/missing", interval=FAST))
+    await never_ready(probe)
     assert probe.last_failure == "HTTP 404"
 
 
 async def test_http_credentials_in_url_become_basic_auth(http_server: HttpServer) -> None:
     url = f"http://probe:s%3Acret@127.0.0.1:{http_server.port}/ok"
-    with trio.fail_after(5):
-        await wait_ready(ReadyCheck("http", url, interval=FAST))
+    await ready(ReadyCheck("http", url, interval=FAST))
     assert http_server.requests[-1][2]["Authorization"] == "Basic cHJvYmU6czpjcmV0"
 
 
@@ -287,10 +304,8 @@ async def test_http_hanging_server_is_bounded_per_probe(
     http_server: HttpServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(readiness, "HTTP_TIMEOUT", 0.2)
-    probe = ReadyProbe(
-        ReadyCheck("http", f"http://127.0.0.1:{http_server.port}/hang", interval=FAST)
-    )
-    await never_ready(probe, 1.0)
+    probe = ReadyProbe(ReadyCheck("http", f"http://127.0.0.1:{http_server.port}/hang", interval=FAST))
+    await never_ready(probe)
     assert probe.last_failure in ("no answer within 200ms", "timed out")
     assert probe.attempts >= 3  # each probe gave up on its own
 
@@ -306,12 +321,9 @@ async def test_https_with_a_self_signed_certificate(nursery: trio.Nursery) -> No
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(context)
     server = HttpServer({"/healthz": 200})
-    listeners = await nursery.start(
-        partial(trio.serve_ssl_over_tcp, server.handle, 0, context, host="127.0.0.1")
-    )
+    listeners = await nursery.start(partial(trio.serve_ssl_over_tcp, server.handle, 0, context, host="127.0.0.1"))
     port = listeners[0].transport_listener.socket.getsockname()[1]
-    with trio.fail_after(5):
-        await wait_ready(ReadyCheck("http", f"https://127.0.0.1:{port}/healthz", interval=FAST))
+    await ready(ReadyCheck("http", f"https://127.0.0.1:{port}/healthz", interval=FAST))
     assert server.requests[-1][1] == "/healthz"
 
 
@@ -319,8 +331,7 @@ async def test_https_with_a_self_signed_certificate(nursery: trio.Nursery) -> No
 
 
 async def test_exec_exit_zero_is_ready() -> None:
-    with trio.fail_after(5):
-        await wait_ready(ReadyCheck("exec", ("true",), interval=FAST))
+    await ready(ReadyCheck("exec", ("true",), interval=FAST))
     assert own_zombies() == []
 
 
@@ -336,61 +347,59 @@ async def test_exec_runs_with_the_process_env_and_cwd(tmp_path: Path) -> None:
     (tmp_path / "marker").write_text("")
     check = ReadyCheck("exec", ("sh", "-c", 'test "$READY_FLAG" = yes && test -f marker'))
     path = os.environ["PATH"]
-    with trio.fail_after(5):
-        await wait_ready(check, env={"PATH": path, "READY_FLAG": "yes"}, cwd=str(tmp_path))
+    await ready(check, env={"PATH": path, "READY_FLAG": "yes"}, cwd=str(tmp_path))
     probe = ReadyProbe(check, env={"PATH": path, "READY_FLAG": "no"}, cwd=str(tmp_path))
-    await never_ready(probe, 0.2)
+    await never_ready(probe)
 
 
 async def test_exec_passes_once_the_condition_holds(tmp_path: Path) -> None:
     flag = tmp_path / "flag"
     probe = ReadyProbe(ReadyCheck("exec", ("test", "-e", str(flag)), interval=FAST))
-    await never_ready(probe, 0.2)
+    await never_ready(probe)
     flag.write_text("")
-    with trio.fail_after(5):
+    with trio.fail_after(30):
         await probe.wait()
 
 
 async def test_exec_missing_command_says_so(caplog: pytest.LogCaptureFixture) -> None:
     probe = ReadyProbe(ReadyCheck("exec", ("no-such-ready-command-xyz",), interval=FAST))
     with caplog.at_level(logging.WARNING, logger="supervisor.readiness"):
-        await never_ready(probe, 0.2)
+        await never_ready(probe)
     assert probe.last_failure == "no-such-ready-command-xyz: command not found"
     assert probe.attempts > 2
     # said once, not at every probe
     assert [r.getMessage() for r in caplog.records] == [
-        "ready check exec `no-such-ready-command-xyz` exits 0 cannot run: "
-        "no-such-ready-command-xyz: command not found"
+        "ready check exec `no-such-ready-command-xyz` exits 0 cannot run: no-such-ready-command-xyz: command not found"
     ]
 
 
 async def test_exec_missing_cwd_says_so(tmp_path: Path) -> None:
     missing = str(tmp_path / "nope")
     probe = ReadyProbe(ReadyCheck("exec", ("true",), interval=FAST), cwd=missing)
-    await never_ready(probe, 0.2)
+    await never_ready(probe)
     assert probe.last_failure == f"working directory {missing} does not exist"
 
 
 async def test_exec_killed_by_signal_is_reported() -> None:
     probe = ReadyProbe(ReadyCheck("exec", ("sh", "-c", "kill -KILL $$"), interval=FAST))
-    await never_ready(probe, 0.2)
+    await never_ready(probe)
     assert probe.last_failure == "killed by SIGKILL"
 
 
-async def test_exec_hung_command_and_its_children_are_killed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(readiness, "EXEC_TIMEOUT", 0.3)
+async def test_exec_hung_command_and_its_children_are_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Long enough for the shell to start its child and write both PIDs on a
+    # busy machine, short enough to keep the test quick.
+    monkeypatch.setattr(readiness, "EXEC_TIMEOUT", 3.0)
     pids = tmp_path / "pids"
     script = f"sleep 60 & echo $! >> {pids}; echo $$ >> {pids}; wait"
     probe = ReadyProbe(ReadyCheck("exec", ("sh", "-c", script), interval=FAST))
-    await never_ready(probe, 0.5)
-    assert probe.last_failure == "did not finish within 300ms (killed)"
+    await never_ready(probe, failures=1)
+    assert probe.last_failure == "did not finish within 3s (killed)"
     started = [int(line) for line in pids.read_text().split()]
-    assert len(started) >= 2
-    with trio.fail_after(5):
-        while not all(gone(pid) for pid in started):
-            await trio.sleep(0.02)
+    assert len(started) == 2
+    with trio.fail_after(30):
+        for pid in started:
+            await wait_gone(pid)
     assert own_zombies() == []
 
 
@@ -400,28 +409,25 @@ async def test_exec_hung_command_and_its_children_are_killed(
 async def test_file_ready_once_it_exists(tmp_path: Path) -> None:
     path = tmp_path / "ready"
     probe = ReadyProbe(ReadyCheck("file", str(path), interval=FAST))
-    await never_ready(probe, 0.1)
+    await never_ready(probe)
     assert probe.last_failure == "does not exist"
     path.write_text("")
-    with trio.fail_after(5):
+    with trio.fail_after(30):
         await probe.wait()
 
 
 async def test_file_relative_to_cwd(tmp_path: Path) -> None:
     (tmp_path / "ready").mkdir()
-    with trio.fail_after(5):
-        await wait_ready(ReadyCheck("file", "ready", interval=FAST), cwd=str(tmp_path))
+    await ready(ReadyCheck("file", "ready", interval=FAST), cwd=str(tmp_path))
 
 
 async def test_after_waits_exactly_the_delay(autojump_clock: trio.testing.MockClock) -> None:
     start = trio.current_time()
-    await wait_ready(ReadyCheck("after", 2.5))
+    await ReadyProbe(ReadyCheck("after", 2.5)).wait()
     assert trio.current_time() - start == pytest.approx(2.5)
 
 
-async def test_probes_every_interval_until_ready(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
+async def test_probes_every_interval_until_ready(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     path = tmp_path / "ready"
     probe = ReadyProbe(ReadyCheck("file", str(path), interval=0.5))
     start = trio.current_time()
@@ -438,9 +444,7 @@ async def test_probes_every_interval_until_ready(
     assert probe.attempts == 6
 
 
-async def test_wait_never_returns_while_failing(
-    autojump_clock: trio.testing.MockClock, tmp_path: Path
-) -> None:
+async def test_wait_never_returns_while_failing(autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
     probe = ReadyProbe(ReadyCheck("file", str(tmp_path / "never"), interval=0.1))
     with trio.move_on_after(600) as scope:
         await probe.wait()
@@ -453,7 +457,7 @@ async def test_caller_timeout_with_fail_after(autojump_clock: trio.testing.MockC
     start = trio.current_time()
     with pytest.raises(trio.TooSlowError):
         with trio.fail_after(check.timeout):
-            await wait_ready(check)
+            await ReadyProbe(check).wait()
     assert trio.current_time() - start == pytest.approx(60.0)
 
 
@@ -468,6 +472,6 @@ async def test_caller_timeout_with_fail_after(autojump_clock: trio.testing.MockC
 async def test_cancelling_a_wait_is_prompt(make_check: Callable[[], ReadyCheck]) -> None:
     start = trio.current_time()
     with trio.move_on_after(0.3):
-        await wait_ready(make_check())
+        await ReadyProbe(make_check()).wait()
     assert trio.current_time() - start < 3.0
     assert own_zombies() == []

@@ -16,6 +16,7 @@ import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -166,32 +167,37 @@ class ControlServer:
     async def _logs(
         self, request: dict[str, Any], stream: trio.SocketStream, send: Callable[[object], Awaitable[None]]
     ) -> None:
-        name = request.get("name")
-        if name is not None:
-            if not isinstance(name, str):
-                raise ControlError('"name" must be a process name')
-            (process,) = self.operations.lookup([name])
-            if not captured(process.spec):
-                raise ControlError(
-                    f"{name}'s output is not captured: it writes to the container's stdout and stderr directly "
-                    "(a command after --, or a terminal); see kubectl logs, or run it from the configuration file"
-                )
-        count = request.get("lines", _DEFAULT_LINES)
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ControlError('"lines" must be a number of lines, 0 or more')
-        follow = request.get("follow", False) is True
-        if not follow:
-            for line in self.ring.recent(name, count):
-                await send(line.as_dict())
-            await send({"ok": True})
+        ask = _LogsRequest.parse(request)
+        if ask.name is not None:
+            self._check_captured(ask.name)
+        if ask.follow:
+            await self._follow(ask, stream, send)
             return
+        for line in self.ring.recent(ask.name, ask.lines):
+            await send(line.as_dict())
+        await send({"ok": True})
+
+    def _check_captured(self, name: str) -> None:
+        (process,) = self.operations.lookup([name])
+        if not captured(process.spec):
+            raise ControlError(
+                f"{name}'s output is not captured: it writes to the container's stdout and stderr directly "
+                "(a command after --, or a terminal); see kubectl logs, or run it from the configuration file"
+            )
+
+    async def _follow(
+        self, ask: _LogsRequest, stream: trio.SocketStream, send: Callable[[object], Awaitable[None]]
+    ) -> None:
+        """The backlog, then every new line until the client hangs up.  A
+        client that falls more than ``_FOLLOW_BUFFER`` lines behind loses
+        lines, and is told how many, instead of holding up the pumps."""
         # Subscribe before sending the backlog, so that no line falls between.
         sender, receiver = trio.open_memory_channel[LogLine](_FOLLOW_BUFFER)
         dropped = 0
 
         def on_line(line: LogLine) -> None:
             nonlocal dropped
-            if name is None or line.process == name:
+            if ask.name is None or line.process == ask.name:
                 try:
                     sender.send_nowait(line)
                 except trio.WouldBlock:
@@ -199,7 +205,7 @@ class ControlServer:
 
         unsubscribe = self.ring.follow(on_line)
         try:
-            for line in self.ring.recent(name, count):
+            for line in self.ring.recent(ask.name, ask.lines):
                 await send(line.as_dict())
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_cancel_on_eof, stream, nursery.cancel_scope)
@@ -210,6 +216,25 @@ class ControlServer:
                     await send(line.as_dict())
         finally:
             unsubscribe()
+
+
+@dataclass(frozen=True, slots=True)
+class _LogsRequest:
+    """A ``logs`` request, checked: whose lines, how many, and whether to follow."""
+
+    name: str | None
+    lines: int
+    follow: bool
+
+    @classmethod
+    def parse(cls, request: dict[str, Any]) -> _LogsRequest:
+        name = request.get("name")
+        if name is not None and not isinstance(name, str):
+            raise ControlError('"name" must be a process name')
+        count = request.get("lines", _DEFAULT_LINES)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ControlError('"lines" must be a number of lines, 0 or more')
+        return cls(name, count, request.get("follow", False) is True)
 
 
 def _sender(stream: trio.SocketStream) -> Callable[[object], Awaitable[None]]:

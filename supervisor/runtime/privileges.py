@@ -35,6 +35,7 @@ import os
 import pwd
 import subprocess
 from collections.abc import Callable, Mapping
+from functools import partial
 from types import MappingProxyType
 
 import prctl
@@ -138,68 +139,60 @@ class PrivilegePlan:
 
     def preexec(self) -> Callable[[], None]:
         """The function to pass as ``preexec_fn``."""
-        # Bind everything now: the child only calls what is bound here.
+        # Bind everything now: the child only calls what is bound here, in
+        # order, and stops at the first failure.
+        calls = self._calls()
+        write, strerror, exit_now = os.write, os.strerror, os._exit
+        prefix = f"supervisor: {self.label}: cannot drop privileges: ".encode()
+
+        def drop_privileges() -> None:
+            step = b"privileges"
+            try:
+                for name, call in calls:
+                    step = name  # for the error line
+                    call()
+            except Exception as exc:  # anything: never exec half-dropped
+                reason = strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else str(exc)
+                try:
+                    write(2, prefix + step + b": " + reason.encode() + b"\n")
+                finally:
+                    exit_now(PREEXEC_FAILED_STATUS)
+
+        return drop_privileges
+
+    def _calls(self) -> tuple[tuple[bytes, Callable[[], object]], ...]:
+        """The child's system calls in the order of the module's docstring,
+        each with the step's name for the error line; only those this plan
+        needs."""
         prctl_drop = tuple(cap for cap in self.bounding_drop if cap in _PRCTL_KNOWN)
         raw_drop = tuple(cap for cap in self.bounding_drop if cap not in _PRCTL_KNOWN)
         inheritable = (
             (list(self.inheritable_drop), prctl.CAP_INHERITABLE, False),
             (list(self.inheritable_raise), prctl.CAP_INHERITABLE, True),
         )
-        change_inheritable = bool(self.inheritable_drop or self.inheritable_raise)
-        keepcaps, groups, gid, uid = self.keepcaps, self.groups, self.gid, self.uid
-        ambient, no_new_privs = self.ambient, self.no_new_privs
-        capbset_drop, set_caps = prctl.capbset.drop, prctl.set_caps
-        set_keepcaps, set_no_new_privs = prctl.set_keepcaps, prctl.set_no_new_privs
-        setgroups, setresgid, setresuid = os.setgroups, os.setresgid, os.setresuid
-        raw_prctl, write, strerror, exit_now = _raw_prctl, os.write, os.strerror, os._exit
-        prefix = f"supervisor: {self.label}: cannot drop privileges: ".encode()
-        steps = (
-            b"bounding set",
-            b"inheritable capabilities",
-            b"PR_SET_KEEPCAPS",
-            b"setgroups",
-            b"setresgid",
-            b"setresuid",
-            b"ambient capabilities",
-            b"PR_SET_NO_NEW_PRIVS",
+        # -1 is "leave it as it is" to setresuid/setresgid; those calls are
+        # only made when the id is set anyway.
+        uids = (self.uid,) * 3 if self.uid is not None else (-1, -1, -1)
+        gids = (self.gid,) * 3 if self.gid is not None else (-1, -1, -1)
+        planned: tuple[tuple[bool, bytes, Callable[[], object]], ...] = (
+            (bool(prctl_drop), b"bounding set", partial(prctl.capbset.drop, *prctl_drop)),
+            *((True, b"bounding set", partial(_raw_prctl, _PR_CAPBSET_DROP, cap)) for cap in raw_drop),
+            (
+                bool(self.inheritable_drop or self.inheritable_raise),
+                b"inheritable capabilities",
+                partial(prctl.set_caps, *inheritable),
+            ),
+            (self.keepcaps, b"PR_SET_KEEPCAPS", partial(prctl.set_keepcaps, True)),
+            (self.groups is not None, b"setgroups", partial(os.setgroups, self.groups or ())),
+            (self.gid is not None, b"setresgid", partial(os.setresgid, *gids)),
+            (self.uid is not None, b"setresuid", partial(os.setresuid, *uids)),
+            *(
+                (True, b"ambient capabilities", partial(_raw_prctl, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, cap))
+                for cap in self.ambient
+            ),
+            (self.no_new_privs, b"PR_SET_NO_NEW_PRIVS", partial(prctl.set_no_new_privs, True)),
         )
-
-        def drop_privileges() -> None:
-            step = 0
-            try:
-                if prctl_drop:
-                    capbset_drop(*prctl_drop)
-                for cap in raw_drop:
-                    raw_prctl(_PR_CAPBSET_DROP, cap)
-                step = 1
-                if change_inheritable:
-                    set_caps(*inheritable)
-                step = 2
-                if keepcaps:
-                    set_keepcaps(True)
-                step = 3
-                if groups is not None:
-                    setgroups(groups)
-                step = 4
-                if gid is not None:
-                    setresgid(gid, gid, gid)
-                step = 5
-                if uid is not None:
-                    setresuid(uid, uid, uid)
-                step = 6
-                for cap in ambient:
-                    raw_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, cap)
-                step = 7
-                if no_new_privs:
-                    set_no_new_privs(True)
-            except Exception as exc:  # anything: never exec half-dropped
-                reason = strerror(exc.errno) if isinstance(exc, OSError) and exc.errno else str(exc)
-                try:
-                    write(2, prefix + steps[step] + b": " + reason.encode() + b"\n")
-                finally:
-                    exit_now(PREEXEC_FAILED_STATUS)
-
-        return drop_privileges
+        return tuple((name, call) for wanted, name, call in planned if wanted)
 
 
 def plan_privileges(spec: ProcessSpec) -> PrivilegePlan:
@@ -417,27 +410,47 @@ def _mapped(ident: int, ranges: tuple[tuple[int, int], ...]) -> bool:
 
 
 def _problem(plan: PrivilegePlan, state: _State, wanted: str) -> str | None:
-    who = f"uid {state.euid}"
-    unmapped = "is not mapped in the supervisor's user namespace"
-    if plan.uid is not None:
-        if not state.has(_CAP_SETUID):
-            return f"{wanted}: changing the user needs root (CAP_SETUID); the supervisor runs as {who} without it"
-        if not _mapped(plan.uid, state.uid_map):
-            return f"{wanted}: uid {plan.uid} {unmapped} (/proc/self/uid_map)"
-    if plan.gid is not None or plan.groups is not None:
-        if not state.has(_CAP_SETGID):
-            return f"{wanted}: changing groups needs root (CAP_SETGID); the supervisor runs as {who} without it"
-        gids = [g for g in (plan.gid, *(plan.groups or ())) if g is not None]
-        for gid in gids:
-            if not _mapped(gid, state.gid_map):
-                return f"{wanted}: gid {gid} {unmapped} (/proc/self/gid_map)"
-        if plan.groups is not None and not state.setgroups_allowed:
-            return (
-                f"{wanted}: supplementary groups cannot be changed in this user namespace "
-                "(/proc/self/setgroups is deny)"
-            )
+    """The first reason the plan cannot work in this process, in the order
+    the child would run into it."""
+    for check in (_user_problem, _group_problem, _capability_problem):
+        problem = check(plan, state, wanted)
+        if problem is not None:
+            return problem
+    return None
+
+
+_UNMAPPED = "is not mapped in the supervisor's user namespace"
+
+
+def _user_problem(plan: PrivilegePlan, state: _State, wanted: str) -> str | None:
+    if plan.uid is None:
+        return None
+    if not state.has(_CAP_SETUID):
+        return (
+            f"{wanted}: changing the user needs root (CAP_SETUID); the supervisor runs as uid {state.euid} without it"
+        )
+    if not _mapped(plan.uid, state.uid_map):
+        return f"{wanted}: uid {plan.uid} {_UNMAPPED} (/proc/self/uid_map)"
+    return None
+
+
+def _group_problem(plan: PrivilegePlan, state: _State, wanted: str) -> str | None:
+    if plan.gid is None and plan.groups is None:
+        return None
+    if not state.has(_CAP_SETGID):
+        return f"{wanted}: changing groups needs root (CAP_SETGID); the supervisor runs as uid {state.euid} without it"
+    gids = [g for g in (plan.gid, *(plan.groups or ())) if g is not None]
+    unmapped = next((gid for gid in gids if not _mapped(gid, state.gid_map)), None)
+    if unmapped is not None:
+        return f"{wanted}: gid {unmapped} {_UNMAPPED} (/proc/self/gid_map)"
+    if plan.groups is not None and not state.setgroups_allowed:
+        return f"{wanted}: supplementary groups cannot be changed in this user namespace (/proc/self/setgroups is deny)"
+    return None
+
+
+def _capability_problem(plan: PrivilegePlan, state: _State, _wanted: str) -> str | None:
     if plan.bounding_drop and not state.has(_CAP_SETPCAP):
-        return f"dropping capabilities needs CAP_SETPCAP, which the supervisor ({who}) lacks"
+        return f"dropping capabilities needs CAP_SETPCAP, which the supervisor (uid {state.euid}) lacks"
     missing = [cap for cap in plan.ambient if not (state.permitted & state.bounding) >> cap & 1]
     if missing:
         return f"cannot keep {_capability_name(missing[0])}: the supervisor does not have it itself"

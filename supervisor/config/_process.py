@@ -15,6 +15,7 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import Literal, cast
 
+from .._units import format_duration
 from ._model import Backoff, Capabilities, ProcessSpec, RestartPolicy
 from ._ready import parse_ready
 from ._settings import Settings
@@ -145,7 +146,7 @@ def _backoff(section: Settings | None) -> Backoff:
         window=section.duration("window", default.window),
     )
     if maximum < initial:
-        section.error("max", f"must be at least initial ({initial:g}s), got {maximum:g}s")
+        section.error("max", f"must be at least initial ({format_duration(initial)}), got {format_duration(maximum)}")
     if backoff.window <= 0:
         section.error("window", "must be greater than 0")
     return backoff

@@ -91,7 +91,9 @@ class ControlClient:
                         if isinstance(message, dict):
                             yield message
             except TimeoutError:
-                raise SupervisorUnreachable(f"no answer from the supervisor within {_TIMEOUT:g}s") from None
+                raise SupervisorUnreachable(
+                    f"no answer from the supervisor within {format_duration(_TIMEOUT)}"
+                ) from None
             except (OSError, ValueError) as exc:
                 raise SupervisorUnreachable(f"the supervisor's answer was cut short: {exc}") from None
 
@@ -115,7 +117,7 @@ def _connect_error(path: str, exc: OSError) -> str:
     if exc.errno == errno.ECONNREFUSED:
         return f"no supervisor is listening on {path} (left over from one that has exited?)"
     if isinstance(exc, TimeoutError):
-        return f"the supervisor did not accept the connection on {path} within {_TIMEOUT:g}s"
+        return f"the supervisor did not accept the connection on {path} within {format_duration(_TIMEOUT)}"
     return f"cannot connect to {path}: {exc.strerror or exc}"
 
 
@@ -298,6 +300,11 @@ def _check_word(check: dict[str, Any]) -> str:
 
 
 def _age(seconds: object) -> str:
+    """How long something has been up, for a table column read at a glance
+    (kubectl's AGE does the same): at most two units, rounded down — 42s,
+    3m05s, 2h10m, 1d02h.  Not ``format_duration``, which writes a duration
+    the way the configuration does, for ``parse_duration`` to read back:
+    an uptime of "7325s" helps nobody scanning ``supervisor status``."""
     if not isinstance(seconds, int | float):
         return "-"
     whole = int(seconds)

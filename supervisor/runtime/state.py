@@ -2,9 +2,10 @@
 between them.
 
 One enum and one table instead of loose flags (``running``, ``stopping``,
-``failed_for_good``...): every place that changes a process's state goes
-through ``check_transition``, so a move the table does not allow is a bug
-found at once, and ``supervisor status`` can report the state as it is.
+``failed``...): every change of a process's state goes through
+``Lifecycle.enter``, which checks it against the table, so a move the table
+does not allow is a bug found at once, and ``supervisor status`` can report
+the state as it is.
 
 ::
 
@@ -19,8 +20,9 @@ found at once, and ``supervisor status`` can report the state as it is.
 from __future__ import annotations
 
 import enum
+import time
 
-__all__ = ["IllegalTransition", "ProcessState", "check_transition"]
+__all__ = ["IllegalTransition", "Lifecycle", "ProcessState", "check_transition"]
 
 
 class ProcessState(enum.Enum):
@@ -81,3 +83,25 @@ class IllegalTransition(RuntimeError):
 def check_transition(name: str, current: ProcessState, new: ProcessState) -> None:
     if new not in TRANSITIONS[current]:
         raise IllegalTransition(f"{name}: {current.value} → {new.value} is not an allowed transition")
+
+
+class Lifecycle:
+    """One process's state and since when (``time.monotonic()``), changed
+    only through the table."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.state = ProcessState.PENDING
+        self.since = time.monotonic()
+
+    def enter(self, new: ProcessState) -> None:
+        check_transition(self.name, self.state, new)
+        self.state = new
+        self.since = time.monotonic()
+
+    def settle_in(self, new: ProcessState) -> None:
+        """Enter ``new`` unless it is the state already: for a move that two
+        parties may both make (a stop during a backoff is seen by the stop
+        request and by the supervising task; whichever comes first moves)."""
+        if self.state is not new:
+            self.enter(new)

@@ -4,31 +4,49 @@ restart and stop."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+from typing import Any
+
 import pytest
 import trio
+import trio.testing
 
 from supervisor import ExitStatus, ProcessState
 from supervisor._deadline import Deadline
 from supervisor.config import Backoff, ProcessSpec
 from supervisor.config._model import ReadyCheck
 from supervisor.runtime import SupervisedProcess
+from supervisor.runtime import run as run_module
+from supervisor.runtime.child import Child
 from supervisor.runtime.state import TRANSITIONS, IllegalTransition, check_transition
 
 
 class Recorder:
+    """The events a process reports, and one to wait on: its first exit
+    with a restart to come (it is in BACKOFF then)."""
+
     def __init__(self) -> None:
         self.failed: list[str] = []
+        self.exits: list[tuple[ExitStatus, bool]] = []
+        self.restarted: list[int] = []
+        self.backing_off = trio.Event()
 
     def process_started(self, process: SupervisedProcess) -> None:
         pass
 
     def process_exited(self, process: SupervisedProcess, status: ExitStatus, will_restart: bool) -> None:
-        pass
+        assert process.state is (ProcessState.BACKOFF if will_restart else process.state)
+        self.exits.append((status, will_restart))
+        if will_restart:
+            self.backing_off.set()
 
     def process_restarted(self, process: SupervisedProcess, attempt: int) -> None:
-        pass
+        self.restarted.append(attempt)
 
     def process_failed(self, process: SupervisedProcess, reason: str) -> None:
+        assert process.state is ProcessState.FAILED
         self.failed.append(reason)
 
 
@@ -51,23 +69,23 @@ def test_a_move_outside_the_table_is_refused() -> None:
         check_transition("web", ProcessState.STOPPED, ProcessState.RUNNING)
 
 
-async def _wait_for(process: SupervisedProcess, state: ProcessState) -> None:
-    with trio.fail_after(20):
-        while process.state is not state:
-            await trio.sleep(0.01)
-
-
 async def test_start_ready_stop() -> None:
     spec = ProcessSpec(name="svc", command=("sleep", "30"))
     process = SupervisedProcess(spec, Recorder())
     assert process.state is ProcessState.PENDING
-    async with trio.open_nursery() as nursery:
-        await nursery.start(process.supervise)
-        assert await process.wait_ready() is None
-        assert process.state is ProcessState.RUNNING
-        status = await process.stop(Deadline(10.0))
-        assert status is not None and not status.success
-        await _wait_for(process, ProcessState.STOPPED)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(process.supervise)
+            assert await process.wait_ready() is None
+            assert process.state is ProcessState.RUNNING
+            pid = process.pid
+            assert pid is not None and process.running
+            status = await process.stop(Deadline(10.0))
+            assert status == ExitStatus(signal=signal.SIGTERM)
+            assert not process.running and process.pid is None
+        # supervise() has returned: the stop is complete.
+    assert process.state is ProcessState.STOPPED
+    assert process.status == status
 
 
 async def test_crash_backoff_restart_then_failed_for_good() -> None:
@@ -79,33 +97,34 @@ async def test_crash_backoff_restart_then_failed_for_good() -> None:
         backoff=Backoff(initial=0.01, max=0.01, max_restarts=2, window=60.0),
     )
     process = SupervisedProcess(spec, events)
-    seen: list[ProcessState] = []
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(process.supervise)
-        with trio.fail_after(20):
-            while process.state is not ProcessState.FAILED:
-                if not seen or seen[-1] is not process.state:
-                    seen.append(process.state)
-                await trio.sleep(0)
-    assert ProcessState.BACKOFF in seen
+    with trio.fail_after(30):
+        await process.supervise()  # returns once it has failed for good
+    assert process.state is ProcessState.FAILED
+    assert events.exits == [(ExitStatus(code=3), True), (ExitStatus(code=3), True), (ExitStatus(code=3), False)]
+    assert events.restarted == [1, 2]
     assert process.restarts == 2
-    assert process.failed_for_good
-    assert events.failed and "giving up" in events.failed[0]
+    assert len(events.failed) == 1 and "giving up" in events.failed[0]
 
 
 async def test_stop_during_backoff_ends_it_stopped() -> None:
+    events = Recorder()
     spec = ProcessSpec(
         name="flappy",
         command=("sh", "-c", "exit 1"),
         restart="always",
         backoff=Backoff(initial=30.0, max=30.0, max_restarts=5, window=60.0),
     )
-    process = SupervisedProcess(spec, Recorder())
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(process.supervise)
-        await _wait_for(process, ProcessState.BACKOFF)
-        await process.stop(Deadline(5.0))
-        await _wait_for(process, ProcessState.STOPPED)
+    process = SupervisedProcess(spec, events)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(process.supervise)
+            await events.backing_off.wait()
+            assert process.state is ProcessState.BACKOFF
+            assert await process.stop(Deadline(5.0)) == ExitStatus(code=1)
+            assert process.state is ProcessState.STOPPED
+    # The 30 s backoff did not run out: the stop ended it (fail_after above).
+    assert process.restarts == 0
+    assert process.state is ProcessState.STOPPED
 
 
 async def test_readiness_failure_keeps_it_starting_and_says_why() -> None:
@@ -115,10 +134,70 @@ async def test_readiness_failure_keeps_it_starting_and_says_why() -> None:
         ready=ReadyCheck(kind="file", target="/nonexistent/ready-marker", timeout=0.3, interval=0.05),
     )
     process = SupervisedProcess(spec, Recorder())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(process.supervise)
-        reason = await process.wait_ready()
-        assert reason is not None and "not ready within" in reason
-        assert process.state is ProcessState.STARTING
-        await process.stop(Deadline(10.0))
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(process.supervise)
+            reason = await process.wait_ready()
+            assert reason is not None and "not ready within 300ms" in reason
+            assert process.state is ProcessState.STARTING
+            await process.stop(Deadline(10.0))
     assert process.state is ProcessState.STOPPED
+
+
+async def test_a_stop_during_the_spawn_stops_what_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stop lands while the spawn is still in flight (trio spawns in a
+    # thread): it must wait for the spawn and stop that process, not find
+    # "nothing running" and leave it to run on.
+    spawning, go = trio.Event(), trio.Event()
+    real_open_child = run_module.open_child
+
+    async def held_spawn(*args: Any) -> Child:
+        spawning.set()
+        await go.wait()
+        return await real_open_child(*args)
+
+    monkeypatch.setattr(run_module, "open_child", held_spawn)
+    spec = ProcessSpec(name="late", command=("sleep", "30"))
+    process = SupervisedProcess(spec, Recorder())
+    stopped: list[ExitStatus | None] = []
+
+    async def stop() -> None:
+        stopped.append(await process.stop(Deadline(10.0)))
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(process.supervise)
+            await spawning.wait()
+            assert process.state is ProcessState.STARTING and not process.running
+            nursery.start_soon(stop)
+            await trio.testing.wait_all_tasks_blocked()
+            assert process.state is ProcessState.STOPPING and not stopped  # waiting for the spawn
+            go.set()
+    assert stopped == [ExitStatus(signal=signal.SIGTERM)]
+    assert process.state is ProcessState.STOPPED
+
+
+async def test_a_stop_right_after_an_exit_ends_stopped() -> None:
+    # The process has exited by itself and been reaped, but its output is
+    # still being drained (a grandchild holds the pipe): a stop now must not
+    # signal the reaped PID, and the process ends STOPPED, not restarted.
+    spec = ProcessSpec(name="quick", command=("sh", "-c", "sleep 30 & exit 0"), restart="always")
+    process = SupervisedProcess(spec, Recorder())
+    group = None
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(process.supervise)
+                run = process._run
+                assert run is not None and run.child is not None
+                group = run.child.pid
+                await run.ended.wait()
+                assert not process.running and process.pid is None
+                assert process.state is ProcessState.RUNNING  # the supervising task has not moved yet
+                assert await process.stop(Deadline(10.0)) == ExitStatus(code=0)
+    finally:
+        if group is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+    assert process.state is ProcessState.STOPPED
+    assert process.restarts == 0

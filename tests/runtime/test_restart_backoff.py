@@ -10,8 +10,11 @@ import pytest
 import trio
 import trio.testing
 
-from supervisor.config._model import Backoff
+from supervisor import ExitStatus, ProcessState
+from supervisor.config import ProcessSpec
+from supervisor.config._model import Backoff, RestartPolicy
 from supervisor.runtime.backoff import RestartTracker
+from supervisor.runtime.restart import AfterExit, after_exit
 
 
 def crash_loop(tracker: RestartTracker, start: float = 0.0, run_for: float = 0.0) -> list[float]:
@@ -205,3 +208,55 @@ def test_every_delay_between_half_and_full_exponential(seed: int) -> None:
     for n, delay in enumerate(delays):
         base = min(8.0, 0.5 * 2.0**n)
         assert base / 2 <= delay <= base
+
+
+# -- the policy on top of the delays (supervisor.runtime.restart) -------------------
+
+
+def decide(
+    restart: RestartPolicy,
+    status: ExitStatus,
+    *,
+    main: bool = False,
+    requested: bool = False,
+    tracker: RestartTracker | None = None,
+) -> AfterExit:
+    spec = ProcessSpec(
+        name="p", command=("x",), restart=restart, main=main, backoff=Backoff(max_restarts=1, window=60.0)
+    )
+    return after_exit(spec, status, tracker or RestartTracker(spec.backoff), 0.0, restart_requested=requested)
+
+
+@pytest.mark.parametrize(
+    ("restart", "status", "state"),
+    [
+        ("never", ExitStatus(code=0), ProcessState.EXITED),
+        ("never", ExitStatus(code=1), ProcessState.FAILED),
+        ("never", ExitStatus(signal=9), ProcessState.FAILED),
+        ("on-failure", ExitStatus(code=0), ProcessState.EXITED),
+        ("on-failure", ExitStatus(code=1), ProcessState.BACKOFF),
+        ("always", ExitStatus(code=0), ProcessState.BACKOFF),
+        ("always", ExitStatus(code=2), ProcessState.BACKOFF),
+    ],
+)
+def test_policy_after_an_exit(restart: RestartPolicy, status: ExitStatus, state: ProcessState) -> None:
+    verdict = decide(restart, status)
+    assert verdict.state is state
+    assert (verdict.failure is not None) == (state is ProcessState.FAILED)
+    if state is ProcessState.BACKOFF:
+        assert 0.5 <= verdict.delay <= 1.0  # the default initial delay, jittered
+
+
+def test_a_failed_main_process_has_exited_not_failed() -> None:
+    # Its exit ends the container with its own code; FAILED would add a
+    # second, misleading failure.
+    assert decide("never", ExitStatus(code=3), main=True) == AfterExit(ProcessState.EXITED)
+
+
+def test_a_requested_restart_overrides_never_but_not_the_limit() -> None:
+    tracker = RestartTracker(Backoff(max_restarts=1, window=60.0))
+    first = decide("never", ExitStatus(signal=15), requested=True, tracker=tracker)
+    assert first.state is ProcessState.BACKOFF
+    second = decide("never", ExitStatus(signal=15), requested=True, tracker=tracker)
+    assert second.state is ProcessState.FAILED
+    assert second.failure == "killed by SIGTERM (exit code 143); restarted 1 times within 60s, giving up"

@@ -24,12 +24,19 @@ from .protocol import default_socket
 
 if TYPE_CHECKING:
     from .._deadline import Deadline
-    from .._orchestrator import ShutdownRequest
     from .._timeline import Timeline
     from ..config import Config
     from ..runtime import SupervisedProcess
 
 __all__ = ["Pod", "Services"]
+
+
+class _Shutdown(Protocol):
+    """What the services read of a shutdown request (the orchestrator's
+    ``ShutdownRequest``; named here so that this side imports nothing of it)."""
+
+    @property
+    def reason(self) -> str: ...
 
 
 class Pod(Protocol):
@@ -40,7 +47,7 @@ class Pod(Protocol):
     @property
     def processes(self) -> Mapping[str, SupervisedProcess]: ...
     @property
-    def shutdown(self) -> ShutdownRequest | None: ...
+    def shutdown(self) -> _Shutdown | None: ...
     @property
     def deadline(self) -> Deadline | None: ...
     @property

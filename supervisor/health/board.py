@@ -17,12 +17,24 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
-    from .._context import ProcessInfo
+    from ..runtime.state import ProcessState
 
 __all__ = ["Board", "CheckState", "Verdict"]
+
+
+class _Process(Protocol):
+    """What the verdicts read of a process (``supervisor.ProcessInfo`` has
+    it; the plugin-facing view depends on the board, not the other way)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> ProcessState: ...
+
 
 Level = Literal["alive", "ready"]
 _NOT_READY_STATES = {"pending": "not started yet", "starting": "not ready yet", "backoff": "restarting"}
@@ -129,7 +141,7 @@ class Board:
 
     # -- the two questions -------------------------------------------------------
 
-    def ready(self, processes: Iterable[ProcessInfo], shutting_down: str | None) -> Verdict:
+    def ready(self, processes: Iterable[_Process], shutting_down: str | None) -> Verdict:
         reasons = []
         if shutting_down:
             reasons.append(f"shutting down: {shutting_down}")
@@ -144,7 +156,7 @@ class Board:
                 reasons.append(f"check {check.name}: {_check_text(check)}")
         return Verdict(not reasons, tuple(reasons))
 
-    def alive(self, processes: Iterable[ProcessInfo]) -> Verdict:
+    def alive(self, processes: Iterable[_Process]) -> Verdict:
         reasons = [
             f"process {process.name}: failed for good" for process in processes if process.state.value == "failed"
         ]

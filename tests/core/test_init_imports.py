@@ -1,0 +1,168 @@
+"""What the init layer imports, and that the package imports without cycles.
+
+The init layer is PID 1 for the life of the pod and runs before signals are
+unblocked in the orchestrator: whatever it imports is start-up time and
+memory it keeps for ever, and a heavy or third-party import there (trio,
+pluggy, PyYAML) would also run code before the shutdown machinery exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "supervisor"
+
+# Not in PID 1: third-party packages, and the stdlib's heavy ones that the
+# init layer has no use for (dataclasses brings inspect, ast and dis).
+NOT_IN_PID1 = ("trio", "pluggy", "yaml", "kubernetes", "prctl", "logging", "json", "dataclasses", "inspect", "asyncio")
+
+
+def test_the_init_layer_imports_only_light_stdlib_modules() -> None:
+    code = "import sys; before = set(sys.modules); import supervisor._init; print(sorted(set(sys.modules) - before))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = ast.literal_eval(result.stdout)
+    assert "supervisor._init" in loaded
+    heavy = [name for name in loaded if name.split(".")[0] in NOT_IN_PID1]
+    assert heavy == [], heavy
+    ours = {name for name in loaded if name.split(".")[0] == "supervisor"}
+    # Everything of ours that PID 1 loads is stdlib-only itself (checked by
+    # reading it: no import of anything outside the stdlib and the package).
+    for name in ours:
+        outside = _third_party_imports(name)
+        assert outside == set(), (name, outside)
+
+
+def test_the_package_has_no_import_cycles() -> None:
+    graph = _import_graph()
+    assert len(graph) > 40  # the package was found and read
+    cycles = _cycles(graph)
+    assert cycles == [], cycles
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    # The finder above must be able to fail.
+    graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}}
+    assert _cycles(graph) == [["p.a", "p.b", "p.c"]]
+
+
+# -- reading the package -----------------------------------------------------------
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Module name → (file, is a package)."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts = parts[:-1]
+        found[".".join(parts)] = (path, is_package)
+    return found
+
+
+def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Imports that run when the module is imported: not those inside
+    functions, nor under ``if TYPE_CHECKING:``."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found.append(node)
+            elif isinstance(node, ast.If):
+                if not _is_type_checking(node.test):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                    visit(block)
+            elif isinstance(node, ast.With):
+                visit(node.body)
+
+    visit(tree.body)
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The absolute names an import statement imports (a ``from`` import
+    also names each imported name, which may be a submodule)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        parts = module.split(".")
+        if not is_package:
+            parts = parts[:-1]
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join([*parts, *([node.module] if node.module else [])])
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module → the package's modules it imports when it is imported.
+
+    Importing ``a.b.c`` runs ``a`` and ``a.b`` first, so those count too,
+    except a package the importer is inside of: it is already being
+    imported, and taking submodules from it is no cycle."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for module, (path, is_package) in modules.items():
+        inside = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
+        if is_package:
+            inside.add(module)
+        edges: set[str] = set()
+        for node in _module_level_imports(ast.parse(path.read_text())):
+            names = _targets(module, is_package, node)
+            only_submodules = isinstance(node, ast.ImportFrom) and all(name in modules for name in names[1:])
+            for index, name in enumerate(names):
+                parts = name.split(".")
+                edges.update(".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) not in inside)
+                if name in modules and name != module and not (index == 0 and name in inside and only_submodules):
+                    edges.add(name)
+        graph[module] = {edge for edge in edges if edge in modules and edge != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of modules that import each other, directly or not,
+    each sorted.  (A module is in one when it can reach itself.)"""
+    reach = {node: _reachable(graph, node) for node in graph}
+    groups = {
+        frozenset({node, *(other for other in reach[node] if node in reach[other])})
+        for node in graph
+        if node in reach[node]
+    }
+    return sorted(sorted(group) for group in groups)
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph.get(node, ()))
+    return seen
+
+
+def _third_party_imports(module: str) -> set[str]:
+    path, is_package = _modules()[module]
+    outside = set()
+    for node in _module_level_imports(ast.parse(path.read_text())):
+        names = _targets(module, is_package, node)
+        # ``from x import y``: x is the module; y is a name in it.
+        for name in names[:1] if isinstance(node, ast.ImportFrom) else names:
+            top = name.split(".")[0]
+            if top and top != "supervisor" and top not in sys.stdlib_module_names:
+                outside.add(top)
+    return outside

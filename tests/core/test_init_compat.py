@@ -3,6 +3,7 @@ users rely on: each as the real CLI, as PID 1 or as a subreaper."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -17,12 +18,20 @@ PY = sys.executable
 def test_subreaper_sweep_terms_grandchildren_that_re_parent(tmp_path: Path) -> None:
     # dumb-init's test: the grandchild traps TERM and must get it (and the
     # exit must not wait for the grace period).
+    # The main process exits once the grandchild says its trap is set (a
+    # FIFO: no guessing how long a busy machine takes to get there).
     marker = tmp_path / "termed"
+    trapped = tmp_path / "trapped"
+    os.mkfifo(trapped)
     grand = tmp_path / "grand.sh"
-    grand.write_text(f"trap 'echo term > {marker}; exit 0' TERM\nwhile :; do sleep 0.05; done\n")
+    grand.write_text(
+        f"trap 'echo term > {marker}; exit 0' TERM\necho > {trapped}\nwhile :; do sleep 0.05; done\n"
+    )
     started = time.monotonic()
     code, sup = run(
-        ["--grace-period", "5s", "--", "sh", "-c", f'sh -c "sh {grand}; :" & sleep 0.5'], pid1=False, timeout=30
+        ["--grace-period", "5s", "--", "sh", "-c", f'sh -c "sh {grand}; :" & read _ < {trapped}'],
+        pid1=False,
+        timeout=30,
     )
     took = time.monotonic() - started
     assert code == 0, sup.output
@@ -30,17 +39,22 @@ def test_subreaper_sweep_terms_grandchildren_that_re_parent(tmp_path: Path) -> N
     assert took < 4.0, (took, sup.output)
 
 
-def test_a_stop_signal_dropped_by_rewrite_is_not_a_second_one() -> None:
-    slow_clean_exit = (
-        "import signal, sys, time\n"
-        "def stop(*_):\n    time.sleep(0.5)\n    sys.exit(0)\n"
+def test_a_stop_signal_dropped_by_rewrite_is_not_a_second_one(tmp_path: Path) -> None:
+    # The main process finishes its stop only once the test has seen the
+    # SIGINT dropped, so the SIGINT surely lands during the shutdown.
+    go = tmp_path / "go"
+    exit_when_told = (
+        "import os, signal, sys, time\n"
+        f"def stop(*_):\n    while not os.path.exists({str(go)!r}): time.sleep(0.01)\n    sys.exit(0)\n"
         "signal.signal(signal.SIGTERM, stop)\nprint('ready', flush=True)\ntime.sleep(60)\n"
     )
-    with Supervisor(["--rewrite", "INT:0", "--", PY, "-c", slow_clean_exit]) as sup:
+    with Supervisor(["--rewrite", "INT:0", "--", PY, "-c", exit_when_told]) as sup:
         sup.wait_for("^ready$", stream="stdout")
         sup.signal(signal.SIGTERM)
         sup.wait_for("stopping")
         sup.signal(signal.SIGINT)
+        sup.wait_for("received SIGINT: dropped")
+        go.write_text("")
         assert sup.wait() == 0, sup.output
     assert "again" not in sup.output
     assert "received SIGINT: dropped (--rewrite)" in sup.output
@@ -57,15 +71,19 @@ def test_rewriting_job_control_signals_is_rejected() -> None:
 def test_a_signal_before_the_main_process_runs_is_delivered_once_it_does(tmp_path: Path) -> None:
     # A main process behind a dependency is not running for a while; a HUP
     # then (tini and dumb-init: 129 at once) must not be lost.
+    # dep becomes ready only when the test says so: after the HUP is queued.
     config = tmp_path / "deploy.yaml"
+    dep_ready = tmp_path / "dep-ready"
     config.write_text(
         "processes:\n"
-        "  - name: dep\n    command: [sleep, '60']\n    ready: {exec: [sleep, '1'], timeout: 10s}\n"
+        f"  - name: dep\n    command: [sleep, '60']\n    ready: {{file: {dep_ready}, timeout: 60s}}\n"
         "  - name: app\n    main: true\n    depends_on: [dep]\n    command: [sleep, '30']\n"
     )
-    with Supervisor(["-c", str(config)]) as sup:
+    with Supervisor(["--log-level", "debug", "-c", str(config)]) as sup:
         sup.wait_for("started dep")
         sup.signal(signal.SIGHUP)
+        sup.wait_for("received SIGHUP before app runs: queued")
+        dep_ready.write_text("")
         assert sup.wait(timeout=20) == 128 + signal.SIGHUP, sup.output
     assert "not forwarded" not in sup.output
 

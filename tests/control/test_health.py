@@ -41,7 +41,9 @@ def test_a_failing_check_restarts_its_process_through_the_backoff(tmp_path: Path
             on_failure: ignore
             health:
               exec: [test, -e, {healthy}]
-              period: 100ms
+              # Each probe may take the whole period: long enough that a
+              # busy machine's slow fork is not taken for a failure.
+              period: 300ms
               threshold: 3
           - name: app
             main: true
@@ -87,7 +89,7 @@ def test_probe_listener_answers_livez_readyz_metrics_also_during_the_shutdown(tm
             - name: upstream
               exec: [test, -e, {ready_file}]
               level: ready
-              period: 100ms
+              period: 300ms  # (see above: a probe may take the period)
               threshold: 1
         processes:
           - name: app

@@ -19,7 +19,9 @@ def test_write_never_blocks_on_a_full_pipe_and_reports_the_drops() -> None:
     line = b"x" * 99 + b"\n"
     started = time.monotonic()
     accepted = sum(writer.write(line) for _ in range(5000))  # 500 kB into a 64 kB pipe
-    assert time.monotonic() - started < 1.0
+    # A blocking write would never return (nothing reads the pipe yet): any
+    # bound a busy machine cannot reach tells the two apart.
+    assert time.monotonic() - started < 10.0
     assert writer.dropped == 5000 - accepted > 0
     # The reader comes back: everything queued arrives, and the drops are
     # reported (in one or more notices, as the sink took data in between).
@@ -45,7 +47,7 @@ def test_flush_gives_up_on_a_stuck_sink() -> None:
         writer.write(b"y" * 99 + b"\n")
     started = time.monotonic()
     assert writer.flush(0.2) is False
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10.0  # gave up, where a stuck flush never returns
     os.close(read_end)  # the writer thread gets EPIPE and stops
     assert writer.flush(5.0) is True
     assert writer.write(b"late\n") is False

@@ -18,9 +18,18 @@ from supervisor._deadline import Deadline
 from supervisor.config import Backoff, ProcessSpec
 from supervisor.config._model import ReadyCheck
 from supervisor.runtime import SupervisedProcess
-from supervisor.runtime import run as run_module
-from supervisor.runtime.child import Child
+from supervisor.runtime.child import Child, open_child
 from supervisor.runtime.state import TRANSITIONS, IllegalTransition, check_transition
+
+
+def state(process: SupervisedProcess) -> ProcessState:
+    # A call, so that the type checker does not carry one assert's answer
+    # over the awaits to the next one.
+    return process.state
+
+
+def liveness(process: SupervisedProcess) -> tuple[bool, int | None]:
+    return process.running, process.pid
 
 
 class Recorder:
@@ -37,7 +46,8 @@ class Recorder:
         pass
 
     def process_exited(self, process: SupervisedProcess, status: ExitStatus, will_restart: bool) -> None:
-        assert process.state is (ProcessState.BACKOFF if will_restart else process.state)
+        if will_restart:
+            assert state(process) is ProcessState.BACKOFF
         self.exits.append((status, will_restart))
         if will_restart:
             self.backing_off.set()
@@ -46,7 +56,7 @@ class Recorder:
         self.restarted.append(attempt)
 
     def process_failed(self, process: SupervisedProcess, reason: str) -> None:
-        assert process.state is ProcessState.FAILED
+        assert state(process) is ProcessState.FAILED
         self.failed.append(reason)
 
 
@@ -72,19 +82,19 @@ def test_a_move_outside_the_table_is_refused() -> None:
 async def test_start_ready_stop() -> None:
     spec = ProcessSpec(name="svc", command=("sleep", "30"))
     process = SupervisedProcess(spec, Recorder())
-    assert process.state is ProcessState.PENDING
+    assert state(process) is ProcessState.PENDING
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(process.supervise)
             assert await process.wait_ready() is None
-            assert process.state is ProcessState.RUNNING
-            pid = process.pid
-            assert pid is not None and process.running
+            assert state(process) is ProcessState.RUNNING
+            running, pid = liveness(process)
+            assert running and pid is not None
             status = await process.stop(Deadline(10.0))
             assert status == ExitStatus(signal=signal.SIGTERM)
-            assert not process.running and process.pid is None
+            assert liveness(process) == (False, None)
         # supervise() has returned: the stop is complete.
-    assert process.state is ProcessState.STOPPED
+    assert state(process) is ProcessState.STOPPED
     assert process.status == status
 
 
@@ -99,7 +109,7 @@ async def test_crash_backoff_restart_then_failed_for_good() -> None:
     process = SupervisedProcess(spec, events)
     with trio.fail_after(30):
         await process.supervise()  # returns once it has failed for good
-    assert process.state is ProcessState.FAILED
+    assert state(process) is ProcessState.FAILED
     assert events.exits == [(ExitStatus(code=3), True), (ExitStatus(code=3), True), (ExitStatus(code=3), False)]
     assert events.restarted == [1, 2]
     assert process.restarts == 2
@@ -119,12 +129,12 @@ async def test_stop_during_backoff_ends_it_stopped() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(process.supervise)
             await events.backing_off.wait()
-            assert process.state is ProcessState.BACKOFF
+            assert state(process) is ProcessState.BACKOFF
             assert await process.stop(Deadline(5.0)) == ExitStatus(code=1)
-            assert process.state is ProcessState.STOPPED
+            assert state(process) is ProcessState.STOPPED
     # The 30 s backoff did not run out: the stop ended it (fail_after above).
     assert process.restarts == 0
-    assert process.state is ProcessState.STOPPED
+    assert state(process) is ProcessState.STOPPED
 
 
 async def test_readiness_failure_keeps_it_starting_and_says_why() -> None:
@@ -139,9 +149,9 @@ async def test_readiness_failure_keeps_it_starting_and_says_why() -> None:
             await nursery.start(process.supervise)
             reason = await process.wait_ready()
             assert reason is not None and "not ready within 300ms" in reason
-            assert process.state is ProcessState.STARTING
+            assert state(process) is ProcessState.STARTING
             await process.stop(Deadline(10.0))
-    assert process.state is ProcessState.STOPPED
+    assert state(process) is ProcessState.STOPPED
 
 
 async def test_a_stop_during_the_spawn_stops_what_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,14 +159,13 @@ async def test_a_stop_during_the_spawn_stops_what_it_starts(monkeypatch: pytest.
     # thread): it must wait for the spawn and stop that process, not find
     # "nothing running" and leave it to run on.
     spawning, go = trio.Event(), trio.Event()
-    real_open_child = run_module.open_child
 
     async def held_spawn(*args: Any) -> Child:
         spawning.set()
         await go.wait()
-        return await real_open_child(*args)
+        return await open_child(*args)
 
-    monkeypatch.setattr(run_module, "open_child", held_spawn)
+    monkeypatch.setattr("supervisor.runtime.run.open_child", held_spawn)
     spec = ProcessSpec(name="late", command=("sleep", "30"))
     process = SupervisedProcess(spec, Recorder())
     stopped: list[ExitStatus | None] = []
@@ -168,13 +177,13 @@ async def test_a_stop_during_the_spawn_stops_what_it_starts(monkeypatch: pytest.
         async with trio.open_nursery() as nursery:
             nursery.start_soon(process.supervise)
             await spawning.wait()
-            assert process.state is ProcessState.STARTING and not process.running
+            assert state(process) is ProcessState.STARTING and not process.running
             nursery.start_soon(stop)
             await trio.testing.wait_all_tasks_blocked()
-            assert process.state is ProcessState.STOPPING and not stopped  # waiting for the spawn
+            assert state(process) is ProcessState.STOPPING and not stopped  # waiting for the spawn
             go.set()
     assert stopped == [ExitStatus(signal=signal.SIGTERM)]
-    assert process.state is ProcessState.STOPPED
+    assert state(process) is ProcessState.STOPPED
 
 
 async def test_a_stop_right_after_an_exit_ends_stopped() -> None:
@@ -193,11 +202,11 @@ async def test_a_stop_right_after_an_exit_ends_stopped() -> None:
                 group = run.child.pid
                 await run.ended.wait()
                 assert not process.running and process.pid is None
-                assert process.state is ProcessState.RUNNING  # the supervising task has not moved yet
+                assert state(process) is ProcessState.RUNNING  # the supervising task has not moved yet
                 assert await process.stop(Deadline(10.0)) == ExitStatus(code=0)
     finally:
         if group is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
-    assert process.state is ProcessState.STOPPED
+    assert state(process) is ProcessState.STOPPED
     assert process.restarts == 0

@@ -23,15 +23,26 @@ class ExitStatus:
     compared and hashed by value.
     """
 
-    __slots__ = ("code", "signal")
+    __slots__ = ("_code", "_signal")
     __match_args__ = ("code", "signal")
-
-    code: int | None
-    signal: int | None
+    _code: int | None
+    _signal: int | None
 
     def __init__(self, code: int | None = None, signal: int | None = None) -> None:
-        object.__setattr__(self, "code", code)
-        object.__setattr__(self, "signal", signal)
+        object.__setattr__(self, "_code", code)
+        object.__setattr__(self, "_signal", signal)
+
+    # Read-only properties, so that type checkers refuse an assignment as
+    # they would for a frozen dataclass; __setattr__ refuses it at run time.
+    @property
+    def code(self) -> int | None:
+        """The exit code, None if a signal killed it."""
+        return self._code
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that killed it, None if it exited."""
+        return self._signal
 
     @classmethod
     def from_wait_status(cls, status: int) -> ExitStatus:

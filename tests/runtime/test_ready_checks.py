@@ -16,6 +16,7 @@ import trio
 import trio.testing
 import trustme
 
+from supervisor._procstat import read_stat
 from supervisor.config._model import ReadyCheck
 from supervisor.runtime import readiness
 from supervisor.runtime.readiness import ReadyProbe, describe
@@ -25,18 +26,8 @@ FAST = 0.02  # probe interval for real-clock tests
 
 def own_zombies() -> list[int]:
     """PIDs of this process's children that nobody has reaped."""
-    zombies = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()
-        if fields[0] == "Z" and int(fields[1]) == os.getpid():
-            zombies.append(int(entry))
-    return zombies
+    stats = (read_stat(int(entry)) for entry in os.listdir("/proc") if entry.isdigit())
+    return [stat.pid for stat in stats if stat is not None and stat.zombie and stat.ppid == os.getpid()]
 
 
 async def wait_gone(pid: int) -> None:

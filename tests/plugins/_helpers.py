@@ -79,9 +79,26 @@ class LogRecords(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.records: list[logging.LogRecord] = []
+        self._waiters: list[trio.Event] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
+        # Plugins log from their trio tasks, so waking the waiters is safe.
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.set()
+
+    async def wait_for(self, text: str, *, count: int = 1) -> str:
+        """The ``count``-th message containing ``text``, once there is one:
+        what a test waits on instead of sleeping until it has probably
+        happened."""
+        while True:
+            found = [message for message in self.messages if text in message]
+            if len(found) >= count:
+                return found[count - 1]
+            waiter = trio.Event()
+            self._waiters.append(waiter)
+            await waiter.wait()
 
     @property
     def messages(self) -> list[str]:

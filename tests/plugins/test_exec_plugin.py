@@ -21,6 +21,7 @@ from tests.pid1 import pid_alive, wait_until
 from tests.plugins._helpers import (
     FakeProcess,
     LogRecords,
+    call_every_phase,
     configure,
     configure_problems,
     make_context,
@@ -279,16 +280,7 @@ async def test_hooks_dispatch_to_their_phase(tmp_path: Path) -> None:
         "exec",
     )
     ctx = make_context("exec", settings, config)
-    deadline, web = Deadline(30), FakeProcess("web")
-    await supervisor_exec.plugin.supervisor_startup(ctx=ctx)
-    await supervisor_exec.plugin.supervisor_shutdown_started(ctx=ctx, deadline=deadline)
-    await supervisor_exec.plugin.supervisor_pre_stop(ctx=ctx, deadline=deadline)
-    await supervisor_exec.plugin.supervisor_wind_down(ctx=ctx, deadline=deadline)
-    await supervisor_exec.plugin.supervisor_before_process_stop(ctx=ctx, deadline=deadline, process=web)
-    await supervisor_exec.plugin.supervisor_after_process_stop(
-        ctx=ctx, deadline=deadline, process=web, status=ExitStatus(code=0)
-    )
-    await supervisor_exec.plugin.supervisor_post_stop(ctx=ctx, deadline=deadline)
+    await call_every_phase(supervisor_exec.plugin, ctx, process=FakeProcess("web"), status=ExitStatus(code=0))
     steps = ctx.timeline.steps
     assert [(s.phase, s.name, s.outcome) for s in steps] == [(p, p, "ok") for p in supervisor_exec.PHASES]
 

@@ -5,7 +5,6 @@ timeouts, refused connections, the deadline."""
 from __future__ import annotations
 
 import base64
-import http.server
 import importlib.metadata
 import json
 import logging
@@ -26,9 +25,12 @@ from supervisor import Deadline
 from tests.plugins._helpers import (
     FakeProcess,
     LogRecords,
+    QuietHandler,
+    call_every_phase,
     configure,
     configure_problems,
     make_context,
+    serve_http,
 )
 
 
@@ -76,7 +78,7 @@ class Server:
 def server() -> Iterator[Server]:
     state = Server()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length)
@@ -98,24 +100,13 @@ def server() -> Iterator[Server]:
 
         do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _answer
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    # Join the handler threads at close, so that a slow answer ends with its test.
-    httpd.daemon_threads = False
-    state.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield state
-    finally:
-        state.released.set()
-        if state.barrier is not None:
-            state.barrier.abort()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serve_http(Handler) as state.port:
+        try:
+            yield state
+        finally:
+            state.released.set()
+            if state.barrier is not None:
+                state.barrier.abort()
 
 
 _WEB = ", process: web"
@@ -342,14 +333,7 @@ async def test_hooks_dispatch_to_their_phase(tmp_path: Path, server: Server) -> 
     )
     settings, config = configure(supervisor_http.plugin, tmp_path, text, "http")
     ctx = make_context("http", settings, config)
-    deadline, web = Deadline(30), FakeProcess("web")
-    await supervisor_http.plugin.supervisor_startup(ctx=ctx)
-    await supervisor_http.plugin.supervisor_shutdown_started(ctx=ctx, deadline=deadline)
-    await supervisor_http.plugin.supervisor_pre_stop(ctx=ctx, deadline=deadline)
-    await supervisor_http.plugin.supervisor_wind_down(ctx=ctx, deadline=deadline)
-    await supervisor_http.plugin.supervisor_before_process_stop(ctx=ctx, deadline=deadline, process=web)
-    await supervisor_http.plugin.supervisor_after_process_stop(ctx=ctx, deadline=deadline, process=web, status=None)
-    await supervisor_http.plugin.supervisor_post_stop(ctx=ctx, deadline=deadline)
+    await call_every_phase(supervisor_http.plugin, ctx, process=FakeProcess("web"), status=None)
     assert [r.path for r in server.received] == [f"/{p}" for p in supervisor_http.PHASES]
 
 
@@ -403,26 +387,15 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     ca_file = tmp_path / "ca.pem"
     ca.cert_pem.write_to_path(str(ca_file))
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             self.send_response(204)
             self.end_headers()
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(context)
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{httpd.server_address[1]}/ready", ca_file
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serve_http(Handler, tls=context) as port:
+        yield f"https://127.0.0.1:{port}/ready", ca_file
 
 
 async def test_https_checks_the_certificate(tmp_path: Path, tls_server: tuple[str, Path]) -> None:

@@ -4,17 +4,16 @@ the plugin host during a real shutdown, and visible in the timeline."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import signal
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.pid1 import Supervisor, run
+from tests.plugins._helpers import QuietHandler, serve_http
 
 # The main process: runs until SIGTERM, then exits 0 (as a well-behaved app does).
 APP = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.05; done"]
@@ -150,7 +149,7 @@ def drain_endpoint() -> Iterator[tuple[str, list[str]]]:
     """An app's /drain endpoint on 127.0.0.1; yields its URL and the requests seen."""
     seen: list[str] = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             seen.append(f"{self.command} {self.path} {self.rfile.read(length).decode()}")
@@ -158,18 +157,8 @@ def drain_endpoint() -> Iterator[tuple[str, list[str]]]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/drain", seen
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serve_http(Handler) as port:
+        yield f"http://127.0.0.1:{port}/drain", seen
 
 
 def test_http_calls_the_drain_endpoint_before_the_stop(tmp_path: Path, drain_endpoint: tuple[str, list[str]]) -> None:

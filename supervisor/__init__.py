@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from ._cancelled import why_cancelled as why_cancelled
     from ._context import Context as Context
     from ._context import ProcessInfo as ProcessInfo
     from ._deadline import Deadline as Deadline
+    from ._http import HttpRequest as HttpRequest
+    from ._http import HttpResponse as HttpResponse
     from ._status import ExitStatus as ExitStatus
     from ._timeline import Step as Step
     from ._timeline import Timeline as Timeline
@@ -46,6 +49,9 @@ _EXPORTS = {
     "ProcessInfo": "._context",
     "ProcessState": ".runtime.state",
     "Deadline": "._deadline",
+    "HttpRequest": "._http",
+    "HttpResponse": "._http",
+    "why_cancelled": "._cancelled",
     "ExitStatus": "._status",
     "Step": "._timeline",
     "format_duration": "._units",
@@ -67,6 +73,8 @@ __all__ = [
     "Context",
     "Deadline",
     "ExitStatus",
+    "HttpRequest",
+    "HttpResponse",
     "PhasePlugin",
     "Position",
     "ProcessInfo",
@@ -80,6 +88,7 @@ __all__ = [
     "hookimpl",
     "parse_duration",
     "read_phase",
+    "why_cancelled",
 ]
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import trio
 
-from supervisor import Config, Context, Deadline, Settings, hookimpl
+from supervisor import Config, Context, Deadline, Settings, format_duration, hookimpl
 
 __all__ = ["SleepSettings"]
 
@@ -56,11 +56,11 @@ async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
     if settings.seconds > available:
         ctx.log.warning(
             "sleeping %s instead of %s: the shutdown deadline leaves no more for hooks",
-            _seconds(available),
-            _seconds(settings.seconds),
+            format_duration(available),
+            format_duration(settings.seconds),
         )
     else:
-        ctx.log.info("sleeping %s before stopping processes", _seconds(settings.seconds))
+        ctx.log.info("sleeping %s before stopping processes", format_duration(settings.seconds))
     started = trio.current_time()
     # The deadline scope follows later shorten()/expire() calls (a second
     # SIGTERM ends the sleep at once); the host wraps hooks the same way, but
@@ -69,9 +69,5 @@ async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
         await ctx.main_exited.wait()
         ctx.log.info(
             "sleep cut short after %s: the main process exited",
-            _seconds(trio.current_time() - started),
+            format_duration(trio.current_time() - started),
         )
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.1f}s"

@@ -11,21 +11,18 @@ reaps any other child.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 import os
 import shlex
 import signal
 import socket
-import ssl
 import subprocess
 from collections.abc import Mapping
-from functools import cache
-from urllib.parse import unquote, urlsplit
 
 import trio
 
+from supervisor._http import HttpRequest
 from supervisor._redact import redact_url
 from supervisor._units import format_duration, signal_name
 from supervisor.config._model import ReadyCheck
@@ -43,20 +40,7 @@ CONNECT_TIMEOUT = 1.0
 HTTP_TIMEOUT = 2.0
 EXEC_TIMEOUT = 10.0
 
-_USER_AGENT = "pid1-supervisor readiness probe"
-# HTTP probes run blocking http.client calls in threads: their own limiter
-# keeps a stuck endpoint from starving trio's default one, which every
-# process spawn also needs.  One per trio run, as a limiter belongs to a run.
-_HTTP_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("http_probes")
-
-
-def _http_threads() -> trio.CapacityLimiter:
-    try:
-        return _HTTP_THREADS.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(4)
-        _HTTP_THREADS.set(limiter)
-        return limiter
+_HTTP_HEADERS = (("User-Agent", "pid1-supervisor readiness probe"), ("Accept", "*/*"))
 
 
 def describe(check: ReadyCheck) -> str:
@@ -170,17 +154,19 @@ class ReadyProbe:
         return f"no connection within {format_duration(limit)}"
 
     async def _probe_http(self) -> str | None:
-        # http.client pulls in the email package: ~2 MiB that a supervisor
-        # without HTTP probes should not carry for the life of the pod.
+        # Imported here, as HttpRequest does: the email package it pulls in
+        # is ~2 MiB that a supervisor without HTTP probes should not carry.
         import http.client
 
-        url = _text(self.check)
         limit = self._limit(HTTP_TIMEOUT)
+        # Like kubelet's HTTPS probes, no certificate check: the process's
+        # own endpoint usually has a self-signed or cluster-internal
+        # certificate, and a probe sends nothing secret; it only asks whether
+        # the server answers.
+        request = HttpRequest(url=_text(self.check), headers=_HTTP_HEADERS, timeout=limit, tls_verify=False)
         with trio.move_on_after(limit):
             try:
-                status = await trio.to_thread.run_sync(
-                    _http_status, url, limit, abandon_on_cancel=True, limiter=_http_threads()
-                )
+                status = (await request.send()).status
             except (OSError, http.client.HTTPException, ValueError) as exc:
                 return _reason(exc)
             return None if 200 <= status < 400 else f"HTTP {status}"
@@ -235,43 +221,6 @@ async def _kill_group(process: trio.Process) -> None:
     # still-unreaped leader's PID) cannot have been reused yet.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-
-
-def _http_status(url: str, timeout: float) -> int:
-    """GET ``url`` without following redirects; return the status code."""
-    import http.client
-
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url}")
-    connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout, context=_unverified_tls())
-    else:
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
-    path = parts.path or "/"
-    if parts.query:
-        path += "?" + parts.query
-    headers = {"User-Agent": _USER_AGENT, "Accept": "*/*", "Connection": "close"}
-    if parts.username is not None:
-        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode()
-    try:
-        connection.request("GET", path, headers=headers)
-        return connection.getresponse().status
-    finally:
-        connection.close()
-
-
-@cache
-def _unverified_tls() -> ssl.SSLContext:
-    # Like kubelet's HTTPS probes: the process's own endpoint usually has a
-    # self-signed or cluster-internal certificate, and a probe sends nothing
-    # secret; it only asks whether the server answers.
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
 
 
 def _reason(exc: BaseException) -> str:

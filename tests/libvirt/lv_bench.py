@@ -20,7 +20,7 @@ import trio
 from supervisor_libvirt._connection import Hypervisor
 from supervisor_libvirt._domains import Selection
 from supervisor_libvirt._settings import LibvirtSettings
-from supervisor_libvirt._shutdown import shut_down_all
+from supervisor_libvirt._shutdown import Report, shut_down_all
 
 from supervisor import Deadline, Timeline
 from tests.libvirt.lv_daemon import Libvirtd
@@ -63,9 +63,7 @@ async def _shut_down(uri: str, max_parallel: int) -> float:
     )
     started = time.monotonic()
     async with Hypervisor(uri, LOG) as hv:
-        outcomes = await shut_down_all(
-            hv, settings, Deadline(600.0), Timeline(), phase="pre_stop", plugin="libvirt", log=LOG
-        )
+        outcomes = await shut_down_all(hv, settings, Deadline(600.0), Report(Timeline(), "pre_stop", "libvirt", LOG))
     if {r.outcome for r in outcomes.values()} != {"shut down"}:
         raise RuntimeError(f"not every guest shut down: {outcomes}")
     return time.monotonic() - started

@@ -4,8 +4,12 @@ Deadline and a Timeline."""
 
 from __future__ import annotations
 
+import http.server
+import inspect
 import logging
+import ssl
 import textwrap
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -13,10 +17,19 @@ from pathlib import Path
 
 import trio
 
-from supervisor import Config, Context, ExitStatus, ProcessSpec, ProcessState, Timeline
+from supervisor import PHASES, Config, Context, Deadline, ExitStatus, ProcessSpec, ProcessState, Timeline, hookspec
 from supervisor.config import ConfigError, load_config
 
-__all__ = ["FakeProcess", "LogRecords", "configure", "configure_problems", "make_context"]
+__all__ = [
+    "FakeProcess",
+    "LogRecords",
+    "QuietHandler",
+    "call_every_phase",
+    "configure",
+    "configure_problems",
+    "make_context",
+    "serve_http",
+]
 
 
 @dataclass
@@ -73,15 +86,72 @@ def make_context(plugin: str, settings: object, config: Config | None = None) ->
     )
 
 
+async def call_every_phase(plugin: object, ctx: Context, *, process: FakeProcess, status: ExitStatus | None) -> None:
+    """Call the plugin's hook of every phase in ``PHASES`` order, as pluggy
+    does: with those of the arguments its hook specification offers that the
+    implementation names."""
+    available = {"ctx": ctx, "deadline": Deadline(30), "process": process, "status": status, "reason": "test"}
+    for phase in PHASES:
+        name = f"supervisor_{phase}"
+        offered = inspect.signature(getattr(hookspec, name)).parameters
+        hook = getattr(plugin, name)
+        await hook(**{arg: available[arg] for arg in inspect.signature(hook).parameters if arg in offered})
+
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A request handler that keeps the test output clean."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serve_http(
+    handler: type[http.server.BaseHTTPRequestHandler], *, tls: ssl.SSLContext | None = None
+) -> Iterator[int]:
+    """An HTTP(S) server on 127.0.0.1, one thread per request; yields its
+    port.  Handler threads are joined at the end, so that an answer still
+    being written ends with its test."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = False
+    if tls is not None:
+        httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield int(httpd.server_address[1])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
 class LogRecords(logging.Handler):
     """Collects a logger's records; independent of how logging is configured."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.records: list[logging.LogRecord] = []
+        self._waiters: list[trio.Event] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
+        # Plugins log from their trio tasks, so waking the waiters is safe.
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.set()
+
+    async def wait_for(self, text: str, *, count: int = 1) -> str:
+        """The ``count``-th message containing ``text``, once there is one:
+        what a test waits on instead of sleeping until it has probably
+        happened."""
+        while True:
+            found = [message for message in self.messages if text in message]
+            if len(found) >= count:
+                return found[count - 1]
+            waiter = trio.Event()
+            self._waiters.append(waiter)
+            await waiter.wait()
 
     @property
     def messages(self) -> list[str]:

@@ -21,6 +21,7 @@ from tests.pid1 import pid_alive, wait_until
 from tests.plugins._helpers import (
     FakeProcess,
     LogRecords,
+    call_every_phase,
     configure,
     configure_problems,
     make_context,
@@ -117,13 +118,19 @@ async def test_a_missing_program_is_reported_and_the_others_still_run(tmp_path: 
 
 
 async def test_commands_of_a_phase_run_concurrently(tmp_path: Path) -> None:
-    start = trio.current_time()
+    # Each command checks in and waits until all four have: one after
+    # another, the first would wait until its timeout.
+    here = tmp_path / "here"
+    here.mkdir()
+    wait_for_all = f"touch {here}/$0; until [ $(ls {here} | wc -l) -ge 4 ]; do sleep 0.01; done"
     results, _, _ = await _run(
         tmp_path,
-        "".join(f"      - {{phase: pre_stop, name: s{i}, command: sleep 1}}\n" for i in range(4)),
+        "".join(
+            f"      - {{phase: pre_stop, name: s{i}, timeout: 20s, command: [sh, -c, '{wait_for_all}', s{i}]}}\n"
+            for i in range(4)
+        ),
     )
     assert [r.outcome for r in results] == ["ok"] * 4
-    assert trio.current_time() - start < 3  # one after another would take 4 s
 
 
 async def test_timeout_terminates_the_command(tmp_path: Path) -> None:
@@ -131,10 +138,10 @@ async def test_timeout_terminates_the_command(tmp_path: Path) -> None:
     results, logs, ctx = await _run(
         tmp_path, "      - {phase: pre_stop, name: slow, command: sleep 30, timeout: 300ms}\n"
     )
-    assert trio.current_time() - start < 5
+    assert 0.3 <= trio.current_time() - start < 10
     assert results[0].outcome == "timeout"
-    assert results[0].detail == "after 0.3s, terminated"
-    assert "slow: timed out after 0.3s; terminated" in logs.at(logging.WARNING)
+    assert results[0].detail == "after 300ms, terminated"
+    assert "slow: timed out after 300ms; terminated" in logs.at(logging.WARNING)
     assert ctx.timeline.steps[0].outcome == "timeout"  # type: ignore[attr-defined]
 
 
@@ -164,9 +171,9 @@ async def test_timeout_kills_a_command_that_ignores_sigterm_and_its_children(
     )
     pids = [int(m.group(1)) for m in (re.search(r"(?:leader|child) (\d+)$", x) for x in logs.messages) if m]
     leftovers.extend(pids)
-    assert trio.current_time() - start < 5
+    assert 0.8 <= trio.current_time() - start < 10  # timeout + kill_after, then SIGKILL
     assert results[0].outcome == "timeout"
-    assert results[0].detail == "after 0.5s, killed"
+    assert results[0].detail == "after 500ms, killed"
     assert len(pids) == 2, logs.messages
     wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=5)
 
@@ -181,7 +188,7 @@ async def test_deadline_cancels_a_running_command_and_stops_it(tmp_path: Path, l
     )
     pid = int(re.search(r"pid (\d+)", logs.messages[0]).group(1))  # type: ignore[union-attr]
     leftovers.append(pid)
-    assert trio.current_time() - start < 3
+    assert 0.9 <= trio.current_time() - start < 10  # 1 s less the reserve, then the stop
     assert results == []  # cancelled, so no result
     assert "forever: cancelled by the shutdown deadline; stopping it" in logs.at(logging.WARNING)
     assert ctx.timeline.steps[0].outcome == "cancelled"  # type: ignore[attr-defined]
@@ -201,7 +208,7 @@ async def test_background_children_do_not_hold_up_the_phase(tmp_path: Path, left
     leftovers.append(int(re.search(r"pid (\d+)", logs.messages[0]).group(1)))  # type: ignore[union-attr]
     assert results[0].outcome == "ok"
     assert "daemonize: started" in logs.messages
-    assert trio.current_time() - start < 5
+    assert trio.current_time() - start < 20  # not the daemon's 30 s
 
 
 async def test_env_cwd_and_supervisor_variables(tmp_path: Path) -> None:
@@ -235,7 +242,7 @@ async def test_deadline_time_left_is_passed_on(tmp_path: Path) -> None:
     )
     (value,) = [m.removeprefix("left: ") for m in logs.messages if re.fullmatch(r"left: [\d.]+", m)]
     left = float(value)
-    assert 25 < left <= 29  # 30 s budget, 1 s reserve
+    assert 20 < left <= 29  # 30 s budget, 1 s reserve, less the time to start it
 
 
 async def test_per_process_commands_run_only_around_their_process(tmp_path: Path) -> None:
@@ -273,15 +280,7 @@ async def test_hooks_dispatch_to_their_phase(tmp_path: Path) -> None:
         "exec",
     )
     ctx = make_context("exec", settings, config)
-    deadline, web = Deadline(30), FakeProcess("web")
-    await supervisor_exec.plugin.supervisor_startup(ctx=ctx)
-    await supervisor_exec.plugin.supervisor_shutdown_started(ctx=ctx, deadline=deadline)
-    await supervisor_exec.plugin.supervisor_pre_stop(ctx=ctx, deadline=deadline)
-    await supervisor_exec.plugin.supervisor_before_process_stop(ctx=ctx, deadline=deadline, process=web)
-    await supervisor_exec.plugin.supervisor_after_process_stop(
-        ctx=ctx, deadline=deadline, process=web, status=ExitStatus(code=0)
-    )
-    await supervisor_exec.plugin.supervisor_post_stop(ctx=ctx, deadline=deadline)
+    await call_every_phase(supervisor_exec.plugin, ctx, process=FakeProcess("web"), status=ExitStatus(code=0))
     steps = ctx.timeline.steps
     assert [(s.phase, s.name, s.outcome) for s in steps] == [(p, p, "ok") for p in supervisor_exec.PHASES]
 
@@ -306,7 +305,7 @@ def test_settings_problems_are_reported_at_their_positions(tmp_path: Path) -> No
     base = str(tmp_path / "cfg.yaml")
     assert [p.removeprefix(base) for p in problems] == [
         ":8:17: plugins.exec.commands[0].phase: expected one of startup, shutdown_started, "
-        "pre_stop, "
+        "pre_stop, wind_down, "
         "before_process_stop, after_process_stop, post_stop, got 'pre_stopp'",
         ":9:9: plugins.exec.commands[1]: missing required key 'process' "
         "(before_process_stop commands belong to a process)",
@@ -346,7 +345,8 @@ async def test_cancelled_by_the_main_process_exit(tmp_path: Path, leftovers: lis
     with LogRecords.capture("exec") as logs:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(supervisor_exec.run_phase, ctx, "pre_stop", Deadline(30))
-            await trio.sleep(0.3)
+            with trio.fail_after(30):
+                await logs.wait_for("drain: started (pid")
             ctx.main_exited.set()
             nursery.cancel_scope.cancel()
     pid = int(re.search(r"pid (\d+)", logs.messages[0]).group(1))  # type: ignore[union-attr]

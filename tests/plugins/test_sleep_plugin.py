@@ -36,7 +36,7 @@ async def _sleep_hook(tmp_path: Path, seconds: str, deadline: Deadline) -> tuple
 async def test_sleeps_the_configured_time(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     elapsed, messages = await _sleep_hook(tmp_path, "15s", Deadline(30))
     assert elapsed == pytest.approx(15)
-    assert messages == ["sleeping 15.0s before stopping processes"]
+    assert messages == ["sleeping 15s before stopping processes"]
 
 
 async def test_accepts_every_duration_form(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
@@ -55,7 +55,7 @@ async def test_capped_by_the_deadline_and_says_so(tmp_path: Path, autojump_clock
     # A 10 s budget keeps 1 s in reserve for stopping processes: hooks get 9 s.
     elapsed, messages = await _sleep_hook(tmp_path, "15s", Deadline(10))
     assert elapsed == pytest.approx(9)
-    assert "sleeping 9.0s instead of 15.0s" in messages[0]
+    assert "sleeping 9s instead of 15s" in messages[0]
 
 
 async def test_cut_short_when_the_main_process_exits(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
@@ -68,7 +68,7 @@ async def test_cut_short_when_the_main_process_exits(tmp_path: Path, autojump_cl
             await trio.sleep(2)
             ctx.main_exited.set()
     assert trio.current_time() - start == pytest.approx(2)
-    assert "sleep cut short after 2.0s: the main process exited" in logs.messages
+    assert "sleep cut short after 2s: the main process exited" in logs.messages
 
 
 async def test_no_sleep_once_the_main_process_has_exited(

@@ -19,8 +19,10 @@ in the shutdown timeline; it never stops the shutdown.
 
 Settings of each command:
 
-  phase       startup, shutdown_started, pre_stop, before_process_stop,
-              after_process_stop or post_stop (required)
+  phase       startup, shutdown_started, pre_stop, wind_down,
+              before_process_stop, after_process_stop or post_stop
+              (required); wind_down runs beside pre_stop but is not cut
+              short when the main process exits
   process     the process a before_/after_process_stop command belongs to
               (required there, not allowed elsewhere)
   command     a list of arguments, or one string split like a shell would;

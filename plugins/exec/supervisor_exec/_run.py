@@ -20,7 +20,7 @@ from functools import partial
 
 import trio
 
-from supervisor import Context, Deadline, ExitStatus
+from supervisor import Context, Deadline, ExitStatus, format_duration, why_cancelled
 
 from ._spec import Command
 
@@ -106,46 +106,42 @@ class Runner:
         await output_done.wait()
 
         if returncode is None:
-            return Result("timeout", f"after {command.timeout:.1f}s, {how}")
+            return Result("timeout", how)
         status = ExitStatus.from_returncode(returncode)
-        elapsed = trio.current_time() - started
+        elapsed = format_duration(trio.current_time() - started)
         if status.success:
-            log.info("%s: %s after %.1fs", command.name, status, elapsed)
+            log.info("%s: %s after %s", command.name, status, elapsed)
             return Result("ok", status=status)
-        log.warning("%s: %s after %.1fs", command.name, status, elapsed)
+        log.warning("%s: %s after %s", command.name, status, elapsed)
         return Result("error", str(status), status)
 
     async def _wait(self, proc: trio.Process, command: Command) -> tuple[int | None, str]:
         """Wait for the command within its timeout; stop it if that runs out.
 
-        Returns its return code, or None and how it was stopped.
+        Returns its return code, or None and when and how it was stopped.
         """
         log = self.ctx.log
+        timeout = math.inf if command.timeout is None else command.timeout
         try:
-            with trio.move_on_after(math.inf if command.timeout is None else command.timeout):
+            with trio.move_on_after(timeout):
                 return await proc.wait(), ""
         except trio.Cancelled:
             # From outside: the deadline, or a second SIGTERM that expired it.
-            # What is left of the budget belongs to the plan's own stops.
+            # Cancelled by the deadline, what is left before escalation is
+            # the reserve the plan keeps for its own stop signals and SIGKILL:
+            # the command's SIGTERM grace takes at most half of it, so the
+            # processes' stops still get the other half.
             grace = command.kill_after
             if self.deadline is not None:
-                grace = min(grace, self.deadline.remaining() / 2)
+                grace = self.deadline.slack(grace, 0.5, of=self.deadline.remaining())
             reason = why_cancelled(self.ctx, self.deadline)
             log.warning("%s: cancelled by %s; stopping it", command.name, reason)
             await _stop(proc, grace, command.name, log)
             raise
         how = await _stop(proc, command.kill_after, command.name, log)
-        log.warning("%s: timed out after %.1fs; %s", command.name, command.timeout, how)
-        return None, how
-
-
-def why_cancelled(ctx: Context, deadline: Deadline | None) -> str:
-    """For the log: what most likely cut a step short."""
-    if ctx.main_exited.is_set():
-        return "the main process's exit"
-    if deadline is not None and deadline.remaining_for_hooks() <= 0:
-        return "the shutdown deadline"
-    return "the plugin's hook_timeout or the shutdown"
+        after = format_duration(timeout)
+        log.warning("%s: timed out after %s; %s", command.name, after, how)
+        return None, f"after {after}, {how}"
 
 
 async def _stop(proc: trio.Process, grace: float, name: str, log: logging.Logger) -> str:
@@ -169,7 +165,7 @@ async def _stop(proc: trio.Process, grace: float, name: str, log: logging.Logger
         return "terminated"
     if proc.returncode is not None:
         return "killed"
-    log.error("%s: pid %d still there %.1fs after SIGKILL", name, proc.pid, _REAP_BOUND)
+    log.error("%s: pid %d still there %s after SIGKILL", name, proc.pid, format_duration(_REAP_BOUND))
     return "killed, still exiting"
 
 

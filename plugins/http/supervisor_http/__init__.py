@@ -22,8 +22,10 @@ other.
 
 Settings of each request:
 
-  phase            startup, shutdown_started, pre_stop, before_process_stop,
-                   after_process_stop or post_stop (required)
+  phase            startup, shutdown_started, pre_stop, wind_down,
+                   before_process_stop, after_process_stop or post_stop
+                   (required); wind_down runs beside pre_stop but is not
+                   cut short when the main process exits
   process          the process a before_/after_process_stop request belongs
                    to (required there, not allowed elsewhere)
   url              http:// or https://, credentials as user:password@ become

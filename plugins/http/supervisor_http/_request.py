@@ -1,9 +1,9 @@
 """Making one request, retried until its status is the expected one.
 
-Each attempt runs the standard library's ``http.client`` in a worker thread
-with socket timeouts of its own, so a cancellation (the deadline, a second
-SIGTERM) returns at once and the abandoned thread ends within
-``attempt_timeout`` by itself.  No new dependency for one request per phase.
+Each attempt is a ``supervisor.HttpRequest``: the standard library's
+``http.client`` in a worker thread with socket timeouts of its own, so a
+cancellation (the deadline, a second SIGTERM) returns at once and the
+abandoned thread ends within ``attempt_timeout`` by itself.
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ import logging
 import math
 import ssl
 from dataclasses import dataclass
-from functools import partial
-from urllib.parse import urlsplit
 
 import trio
 
-from supervisor import Context, Deadline
+from supervisor import Context, Deadline, format_duration, why_cancelled
 
 from ._spec import Request
 
@@ -60,7 +58,7 @@ async def _retry(request: Request, ctx: Context, deadline: Deadline | None) -> R
                 status, last = await _attempt(request)
                 elapsed = trio.current_time() - started
                 if status is not None and status in request.expect:
-                    log.info("%s: %s after %d attempt(s) in %s", request.name, last, attempts, _duration(elapsed))
+                    log.info("%s: %s after %d attempt(s) in %s", request.name, last, attempts, format_duration(elapsed))
                     return Result("ok", f"status {status}", attempts, status)
                 # The first failure says why we wait; the rest would only
                 # repeat it every retry_interval.
@@ -70,7 +68,7 @@ async def _retry(request: Request, ctx: Context, deadline: Deadline | None) -> R
                     request.name,
                     last,
                     request.expect,
-                    _duration(request.retry_interval),
+                    format_duration(request.retry_interval),
                 )
                 await trio.sleep(request.retry_interval)
     except trio.Cancelled:
@@ -83,62 +81,24 @@ async def _retry(request: Request, ctx: Context, deadline: Deadline | None) -> R
         )
         raise
     elapsed = trio.current_time() - started
-    log.warning("%s: gave up after %d attempt(s) in %s; last: %s", request.name, attempts, _duration(elapsed), last)
+    log.warning(
+        "%s: gave up after %d attempt(s) in %s; last: %s", request.name, attempts, format_duration(elapsed), last
+    )
     return Result("timeout", f"{attempts} attempt(s), last: {last}", attempts)
-
-
-def why_cancelled(ctx: Context, deadline: Deadline | None) -> str:
-    """For the log: what most likely cut a step short."""
-    if ctx.main_exited.is_set():
-        return "the main process's exit"
-    if deadline is not None and deadline.remaining_for_hooks() <= 0:
-        return "the shutdown deadline"
-    return "the plugin's hook_timeout or the shutdown"
 
 
 async def _attempt(request: Request) -> tuple[int | None, str]:
     """One try: the status (None if there was no response) and a description."""
+    limit = request.http.timeout
     try:
-        with trio.fail_after(request.attempt_timeout):
-            status, snippet = await trio.to_thread.run_sync(partial(_blocking_request, request), abandon_on_cancel=True)
+        with trio.fail_after(limit):
+            response = await request.http.send(read=_SNIPPET_BYTES)
     except trio.TooSlowError:
-        return None, f"no response within {_duration(request.attempt_timeout)}"
+        return None, f"no response within {format_duration(limit)}"
     except (OSError, http.client.HTTPException) as exc:
         return None, _describe(exc)
-    return status, f"status {status}" + (f": {snippet}" if snippet else "")
-
-
-def _blocking_request(request: Request) -> tuple[int, str]:
-    parts = urlsplit(request.url)
-    host = parts.hostname or ""
-    connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        context = _tls_context(request.tls_verify, request.ca_file)
-        connection = http.client.HTTPSConnection(host, parts.port, timeout=request.attempt_timeout, context=context)
-    else:
-        connection = http.client.HTTPConnection(host, parts.port, timeout=request.attempt_timeout)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    try:
-        connection.request(request.method, target, body=request.body, headers=dict(request.headers))
-        response = connection.getresponse()
-        text = response.read(_SNIPPET_BYTES).decode(errors="replace")
-        return response.status, " ".join(text.split())[:_SNIPPET_CHARS]
-    finally:
-        connection.close()
-
-
-def _tls_context(verify: bool, ca_file: str | None) -> ssl.SSLContext:
-    if not verify:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    try:
-        return ssl.create_default_context(cafile=ca_file)
-    except OSError as exc:
-        # Reported like any other failed attempt: a Secret's volume may still
-        # be mounting.  ssl's own error does not name the file.
-        raise OSError(exc.errno, f"cannot read ca_file: {exc.strerror}", ca_file) from exc
+    snippet = " ".join(response.body.decode(errors="replace").split())[:_SNIPPET_CHARS]
+    return response.status, f"status {response.status}" + (f": {snippet}" if snippet else "")
 
 
 def _describe(exc: BaseException) -> str:
@@ -151,8 +111,3 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _duration(seconds: float) -> str:
-    """500ms, 1.5s: the way the settings are written."""
-    return f"{seconds * 1000:.0f}ms" if seconds < 1 else f"{seconds:.1f}s"

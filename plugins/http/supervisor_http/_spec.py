@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
-from supervisor import PHASES, PROCESS_PHASES, Config, Settings, read_phase
+from supervisor import PHASES, PROCESS_PHASES, Config, HttpRequest, Settings, read_phase
 
 __all__ = ["PHASES", "PROCESS_PHASES", "Expect", "HttpSettings", "Request", "parse"]
 
@@ -50,21 +49,16 @@ class Expect:
 @dataclass(frozen=True, slots=True)
 class Request:
     """One request, retried until its status is in ``expect`` or ``timeout``
-    (None: as long as the phase allows) runs out."""
+    (None: as long as the phase allows) runs out.  ``http`` is what each
+    attempt sends; its ``timeout`` is the attempt's."""
 
     phase: str
     name: str
-    method: str
-    url: str
-    body: bytes | None = None
-    headers: tuple[tuple[str, str], ...] = ()
+    http: HttpRequest
     process: str | None = None
     timeout: float | None = None
-    attempt_timeout: float = 5.0
     retry_interval: float = 1.0
     expect: Expect = Expect()
-    tls_verify: bool = True
-    ca_file: str | None = None  # PEM bundle to verify against instead of the system's
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +93,6 @@ def _parse_request(entry: Settings, config: Config) -> Request | None:
     headers = dict(entry.mapping("headers"))
     body = _parse_body(entry, headers)
     headers.setdefault("User-Agent", _USER_AGENT)
-    if url is not None:
-        headers.update(_basic_auth(url, headers))
     timeout = entry.duration("timeout")
     attempt_timeout = entry.duration("attempt_timeout", 5.0)
     retry_interval = entry.duration("retry_interval", 1.0)
@@ -110,20 +102,23 @@ def _parse_request(entry: Settings, config: Config) -> Request | None:
     name = entry.string("name")
     if phase is None or url is None:
         return None
-    return Request(
-        phase=phase,
-        name=name or f"{method} {_redacted(url)}",
-        method=method,
+    http = HttpRequest(
         url=url,
-        body=body,
+        method=method,
         headers=tuple(headers.items()),
-        process=process,
-        timeout=timeout,
-        attempt_timeout=attempt_timeout,
-        retry_interval=retry_interval,
-        expect=expect,
+        body=body,
+        timeout=attempt_timeout,
         tls_verify=tls_verify,
         ca_file=ca_file,
+    )
+    return Request(
+        phase=phase,
+        name=name or str(http),
+        http=http,
+        process=process,
+        timeout=timeout,
+        retry_interval=retry_interval,
+        expect=expect,
     )
 
 
@@ -143,14 +138,6 @@ def _parse_url(entry: Settings) -> str | None:
     return url
 
 
-def _redacted(url: str) -> str:
-    """The URL without its password, for names that end up in the log."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
-
-
 def _has_body(entry: Settings) -> bool:
     return "body" in entry or "json" in entry
 
@@ -165,15 +152,6 @@ def _parse_body(entry: Settings, headers: dict[str, str]) -> bytes | None:
         return json.dumps(entry.raw("json")).encode()
     body = entry.string("body")
     return None if body is None else body.encode()
-
-
-def _basic_auth(url: str, headers: dict[str, str]) -> dict[str, str]:
-    """``http://user:password@host/`` becomes an Authorization header, as in curl."""
-    parts = urlsplit(url)
-    if parts.username is None or any(k.lower() == "authorization" for k in headers):
-        return {}
-    credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-    return {"Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()}
 
 
 def _parse_expect(entry: Settings) -> Expect:

@@ -17,11 +17,12 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 
 import trio
 
-from supervisor import Deadline, Step, Timeline
+from supervisor import Deadline, Step, Timeline, format_duration
 
 from . import _domains as ops
 from ._actions import FINAL, destroy
@@ -30,7 +31,7 @@ from ._connection import Hypervisor
 from ._domains import Domain
 from ._settings import LibvirtSettings
 
-__all__ = ["DomainShutdown", "Result", "shut_down_all"]
+__all__ = ["Batch", "DomainShutdown", "Report", "Result", "shut_down_all"]
 
 # Outcomes recorded in the timeline, one per domain; libvirt's shutoff reason
 # tells them apart.  "shut down": the guest powered itself off; "destroyed":
@@ -58,6 +59,12 @@ _OTHER_ENDS = {
 # How long to wait for the STOPPED event of a domain that vanished (a
 # transient one once off) to learn why: events may trail the state call.
 _REASON_WAIT = 1.0
+# Of what the hook has, the share kept back to destroy what is still running
+# at the end (capped at destroy_reserve).  A quarter: a destroy is one call
+# that returns in well under a second unless QEMU is stuck, so the guests'
+# graceful shutdown keeps most of a short budget, and a long budget keeps
+# the whole destroy_reserve.
+_DESTROY_SHARE = 0.25
 
 
 @dataclass
@@ -70,54 +77,82 @@ class _Gone(Exception):
     """The domain vanished (transient domains do once shut off)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Where a shutdown's outcomes go: one step per domain in ``timeline``,
+    in ``phase`` under ``plugin``'s name, and lines in ``log``."""
+
+    timeline: Timeline
+    phase: str
+    plugin: str
+    log: logging.Logger
+
+    def step(self, name: str) -> AbstractContextManager[Step]:
+        return self.timeline.step(self.phase, name, plugin=self.plugin)
+
+    def failure(self, detail: str) -> None:
+        """A failed step for the shutdown as a whole (the domains could not be listed)."""
+        with self.step("domains") as step:
+            step.outcome, step.detail = FAILED, detail
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What the domains of one shutdown share: the connection, the settings,
+    the log, and the time.  ``hooks_end()`` is when the host cancels the
+    hook (re-read: the deadline may move earlier); ``reserve`` is kept
+    before it to destroy what is still running."""
+
+    hv: Hypervisor
+    settings: LibvirtSettings
+    log: logging.Logger
+    hooks_end: Callable[[], float]
+    reserve: float
+    wall_clock: Callable[[], float] = field(default=time.time)
+
+    def graceful_end(self) -> float:
+        """When the graceful part of every domain ends at the latest."""
+        return self.hooks_end() - self.reserve
+
+
 async def shut_down_all(
     hv: Hypervisor,
     settings: LibvirtSettings,
     deadline: Deadline,
-    timeline: Timeline,
+    report: Report,
     *,
-    phase: str,
-    plugin: str,
-    log: logging.Logger,
     wall_clock: Callable[[], float] = time.time,
 ) -> dict[str, Result]:
     """Handle every selected running domain; return outcomes by domain name."""
+    log = report.log
     started = trio.current_time()
     hooks_end = _hooks_end(deadline, settings, started)
-    # Keep time to destroy what is still running at the end: at most
-    # destroy_reserve, and never more than a quarter of what hooks have left,
-    # so a short budget still gives the guests most of it.
-    reserve = min(settings.destroy_reserve, max(0.0, hooks_end() - started) / 4)
+    reserve = deadline.slack(settings.destroy_reserve, _DESTROY_SHARE, of=hooks_end() - started)
+    batch = Batch(hv, settings, log, hooks_end, reserve, wall_clock)
 
-    def graceful_end() -> float:
-        return hooks_end() - reserve
-
-    domains, failure = await _list(hv, settings, graceful_end)
+    domains, failure = await _list(hv, settings, batch.graceful_end)
     if domains is None:
         detail = f"cannot list domains: {failure}" if failure else "listing the domains took the whole budget"
         log.error("%s on %s", detail, hv.uri)
-        timeline_failure(timeline, phase, plugin, detail)
+        report.failure(detail)
         return {}
     if not domains:
         log.info("no running domains to shut down on %s", hv.uri)
         return {}
     log.info(
-        "shutting down %d domain(s) (%s): mode %s, %.1fs for the graceful part",
+        "shutting down %d domain(s) (%s): mode %s, %s for the graceful part",
         len(domains),
         ops.names(domains),
         settings.mode,
-        max(0.0, graceful_end() - started),
+        format_duration(max(0.0, batch.graceful_end() - started)),
     )
     results: dict[str, Result] = {}
     slots = trio.Semaphore(settings.max_parallel or len(domains))
-    jobs = [
-        DomainShutdown(hv, settings, domain, log, hooks_end=hooks_end, reserve=reserve, wall_clock=wall_clock)
-        for domain in domains
-    ]
+    jobs = [DomainShutdown(batch, domain) for domain in domains]
     try:
         async with trio.open_nursery() as nursery:
             for job in jobs:
-                nursery.start_soon(_one, job, slots, timeline, (phase, plugin), results)
+                nursery.start_soon(_one, job, slots, report, results)
     finally:
         report_left_running(jobs, results, log)
     return results
@@ -153,16 +188,9 @@ async def _list(
     return None, failure
 
 
-async def _one(
-    job: DomainShutdown,
-    slots: trio.Semaphore,
-    timeline: Timeline,
-    where: tuple[str, str],
-    results: dict[str, Result],
-) -> None:
-    phase, plugin = where
+async def _one(job: DomainShutdown, slots: trio.Semaphore, report: Report, results: dict[str, Result]) -> None:
     async with slots:
-        with timeline.step(phase, f"domain {job.domain.name}", plugin=plugin) as step:
+        with report.step(f"domain {job.domain.name}") as step:
             result: Result | None = None
             try:
                 result = await job.run()
@@ -171,11 +199,6 @@ async def _one(
                     job.cut(step)
             results[job.domain.name] = result
             step.outcome, step.detail = result.outcome, result.detail
-
-
-def timeline_failure(timeline: Timeline, phase: str, plugin: str, detail: str) -> None:
-    with timeline.step(phase, "domains", plugin=plugin) as step:
-        step.outcome, step.detail = FAILED, detail
 
 
 def _hooks_end(deadline: Deadline, settings: LibvirtSettings, started: float) -> Callable[[], float]:
@@ -189,29 +212,18 @@ def _hooks_end(deadline: Deadline, settings: LibvirtSettings, started: float) ->
 class DomainShutdown:
     """One domain's graceful shutdown, then its destroy if needed."""
 
-    def __init__(
-        self,
-        hv: Hypervisor,
-        settings: LibvirtSettings,
-        domain: Domain,
-        log: logging.Logger,
-        *,
-        hooks_end: Callable[[], float],
-        reserve: float,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.hv = hv
-        self.settings = settings
+    def __init__(self, batch: Batch, domain: Domain) -> None:
+        self.hv = batch.hv
+        self.settings = batch.settings
         self.domain = domain
-        self.log = log
-        self.wall_clock = wall_clock
+        self.log = batch.log
+        self.wall_clock = batch.wall_clock
         self.started = trio.current_time()
         self._own_end = math.inf
-        self._hooks_end = hooks_end
-        self._reserve = reserve
+        self._batch = batch
         self.presses = 0
         self.agent = domain.request.guest_agent or any(
-            fnmatch.fnmatchcase(domain.name, p) for p in settings.guest_agent
+            fnmatch.fnmatchcase(domain.name, p) for p in batch.settings.guest_agent
         )
         # What the "still running" report and a cut timeline step say.
         self.stage = "waiting for its turn"
@@ -221,7 +233,7 @@ class DomainShutdown:
     def graceful_end(self) -> float:
         """When to stop waiting and destroy: the domain's own limit, or the
         hook's end less the time kept for destroying."""
-        return min(self._own_end, self._hooks_end() - self._reserve)
+        return min(self._own_end, self._batch.graceful_end())
 
     async def run(self) -> Result:
         # The timeout counts from the domain's turn (max_parallel may have
@@ -266,9 +278,9 @@ class DomainShutdown:
         cut_at, step = self._cut
         late = trio.current_time() - cut_at
         step.outcome = DESTROYED
-        step.detail = f"completed {late:.1f}s after the hook was cut; {step.detail}"
+        step.detail = f"completed {format_duration(late)} after the hook was cut; {step.detail}"
         step.duration += late
-        self.log.warning("%s: destroyed %.1fs after the hook was cut", self.domain.name, late)
+        self.log.warning("%s: destroyed %s after the hook was cut", self.domain.name, format_duration(late))
 
     # ------------------------------------------------------------------
 
@@ -355,7 +367,7 @@ class DomainShutdown:
         """The domain is gone (a transient one once off): its STOPPED event
         says why, if it came or comes within a moment."""
         stopped = self.hv.stopped(self.domain.uuid)
-        with trio.move_on_at(min(trio.current_time() + _REASON_WAIT, self._hooks_end())):
+        with trio.move_on_at(min(trio.current_time() + _REASON_WAIT, self._batch.hooks_end())):
             await stopped.wait()
         reason = self.hv.stop_reason(self.domain.uuid)
         if reason is None:
@@ -382,9 +394,12 @@ class DomainShutdown:
             self._elapsed(),
             self.presses,
         )
-        # Half of what is left for the graceful destroy, the rest for the plain one.
+        # Half of what is left for the graceful destroy (QEMU gets SIGTERM
+        # and flushes its disks), the other half kept for the plain one
+        # (SIGKILL) if that does not finish: a guest that is destroyed late
+        # is better than one left running.
         now = trio.current_time()
-        graceful_until = now + max(0.0, self._hooks_end() - now) / 2
+        graceful_until = now + max(0.0, self._batch.hooks_end() - now) / 2
         try:
             graceful_error = await destroy(
                 self.hv, self.domain.uuid, graceful_until=graceful_until, on_done=self._destroy_completed
@@ -415,7 +430,7 @@ class DomainShutdown:
         return Result(FAILED, f"destroy failed: {exc}")
 
     def _elapsed(self) -> str:
-        return f"{trio.current_time() - self.started:.1f}s"
+        return format_duration(trio.current_time() - self.started)
 
     def _summary(self) -> str:
         presses = f"{self.presses} request{'s' if self.presses != 1 else ''}"

@@ -20,8 +20,6 @@ __all__ = ["Bench", "Run", "SetupError", "build_probe", "regular_install"]
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-# Kept between runs outside the clone, beside the control plane's binaries.
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pid1-supervisor"
 
 
 class SetupError(Exception):
@@ -41,17 +39,18 @@ def build_probe(directory: Path) -> Path:
     return binary
 
 
-def regular_install(cache: Path = CACHE, *, verbose: bool = True) -> str:
+def regular_install(cache: Path | None = None, *, verbose: bool = True) -> str:
     """The CLI of a venv installed from the wheels of the sources as they are,
     as ``pip install`` leaves it for a user; tools/dist.py builds it once per
-    state of the sources and keeps it in ``cache``.
+    state of the sources and keeps it in ``cache`` (default: its own, outside
+    the clone, which `make dist` fills too).
 
     Not the development venv's: its editable installs put one import finder
     per package (six of them) on every interpreter's ``sys.meta_path`` from
     .pth files, and each import of ours goes through them to the source tree,
     which the start-up and memory rows would count as the supervisor's.
     """
-    command = [sys.executable, str(REPO / "tools" / "dist.py"), "venv", str(cache)]
+    command = [sys.executable, str(REPO / "tools" / "dist.py"), *(["--cache", str(cache)] if cache else []), "venv"]
     # Its progress (a build takes half a minute) goes straight to our stderr.
     errors = None if verbose else subprocess.PIPE
     result = subprocess.run(command, stdout=subprocess.PIPE, stderr=errors, text=True, check=False)

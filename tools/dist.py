@@ -3,8 +3,9 @@
 
     python tools/dist.py [--out DIR]      # `make dist`: wheels and sdists into DIR (default dist/),
                                           # checked, then installed into a fresh virtualenv and run
-    python tools/dist.py venv CACHE       # a regular install of them all, built once per state of
-                                          # the sources and kept in CACHE; prints the venv's path
+    python tools/dist.py venv             # a regular install of them all, built once per state of
+                                          # the sources and cached; prints the venv's path
+    --cache DIR                           # where those are kept (default ~/.cache/pid1-supervisor)
 
 A project is the repository's root (pid1-supervisor) or a directory under
 plugins/ with a pyproject.toml.  Every sdist is built from a copy of the
@@ -25,6 +26,11 @@ an entry point in the ``supervisor.plugins`` group.  Then the wheels go into
 a new virtualenv (their dependencies from the index, our packages only from
 these files) and ``supervisor --version``, ``supervisor plugins`` and a run of
 a command must show every plugin and the right version.
+
+The benchmarks measure such a regular install, not the development venv's
+editable one: ``venv`` keeps one per state of the sources (a hash of what
+goes into the distributions), and ``make dist`` leaves its fresh install
+there when the cache has none for the sources it built.
 """
 
 from __future__ import annotations
@@ -383,39 +389,59 @@ def smoke(venv: Path, projects: Sequence[Project], out: Path) -> None:
     say(f"{version}; plugins: {', '.join(p for project in projects for p in project.plugins)}")
 
 
-# -- the cached regular install ---------------------------------------------------
+# -- the cached regular install --------------------------------------------------
+
+
+def default_cache() -> Path:
+    """Outside the clone, beside the other builds the project caches."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pid1-supervisor"
+
+
+def cache_entry(cache: Path, repo: Path, projects: Sequence[Project]) -> Path:
+    """Where the regular install of the sources as they are now is kept."""
+    return cache / f"regular-{projects[0].version}-{sources_key(repo, source_files(repo))[:16]}"
 
 
 def cached_venv(cache: Path, repo: Path = REPO) -> Path:
     """A venv with the distributions of the sources as they are, installed from
-    wheels; built at most once per state of the sources (and interpreter), and
-    shared by concurrent callers."""
+    their wheels; built at most once per state of the sources (and
+    interpreter), and shared by concurrent callers.  A ready one is never
+    changed: a benchmark may be running it."""
     projects = load_projects(repo)
-    venv = cache / f"regular-{projects[0].version}-{sources_key(repo, source_files(repo))[:16]}"
-    cache.mkdir(parents=True, exist_ok=True)
-    with _locked(cache / "regular.lock"):
-        if (venv / _READY_STAMP).exists():
-            return venv
-        shutil.rmtree(venv, ignore_errors=True)
-        with tempfile.TemporaryDirectory(prefix="pid1-dist-") as work:
-            out = Path(work) / "dist"
-            build(repo, projects, out, Path(work))
-            install([artifacts(out, project)[0] for project in projects], venv)
-            smoke(venv, projects, out)
-        (venv / _READY_STAMP).touch()
-        _prune(cache, venv)
+    venv = cache_entry(cache, repo, projects)
+    with _locked(cache):
+        if not _ready(venv):
+            with tempfile.TemporaryDirectory(prefix="pid1-dist-") as work:
+                out = Path(work) / "dist"
+                build(repo, projects, out, Path(work))
+                _fill(cache, venv, projects, out)
     return venv
 
 
+def _ready(venv: Path) -> bool:
+    return (venv / _READY_STAMP).exists()
+
+
+def _fill(cache: Path, venv: Path, projects: Sequence[Project], out: Path) -> None:
+    """Install the wheels in ``out`` into a new ``venv`` in the cache, check it,
+    mark it ready; drop older entries.  The caller holds the cache's lock."""
+    shutil.rmtree(venv, ignore_errors=True)  # a half-made one, from a build that died
+    install([artifacts(out, project)[0] for project in projects], venv)
+    smoke(venv, projects, out)
+    (venv / _READY_STAMP).touch()
+    _prune(cache, venv)
+
+
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("w") as lock:
+def _locked(cache: Path) -> Iterator[None]:
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / "regular.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
 def _prune(cache: Path, keep: Path) -> None:
-    """Keep the newest few regular installs: each is 100 MB or more."""
+    """Keep the newest few regular installs: each is 170 MB or so."""
     others = sorted(
         (p for p in cache.glob("regular-*") if p.is_dir() and p != keep), key=lambda p: p.stat().st_mtime, reverse=True
     )
@@ -449,29 +475,45 @@ def _output(command: Sequence[str], cwd: Path) -> str:
     return result.stdout
 
 
-def dist(out: Path, repo: Path = REPO) -> None:
+def dist(out: Path, cache: Path, repo: Path = REPO) -> None:
+    """Build into ``out``, check, and install into a fresh venv.
+
+    That venv is the cache's entry for these sources when the cache has none
+    yet (then the benchmarks find it ready), else a temporary one: the
+    install is tried afresh either way.
+    """
     projects = load_projects(repo)
+    entry = cache_entry(cache, repo, projects)
     with tempfile.TemporaryDirectory(prefix="pid1-dist-") as work:
         build(repo, projects, out, Path(work))
         check(repo, projects, out)
-        venv = Path(work) / "venv"
-        install([artifacts(out, project)[0] for project in projects], venv)
-        smoke(venv, projects, out)
+        with _locked(cache):
+            if _ready(entry):
+                venv = Path(work) / "venv"
+                install([artifacts(out, project)[0] for project in projects], venv)
+                smoke(venv, projects, out)
+            else:
+                _fill(cache, entry, projects, out)
     say(f"{len(projects) * 2} distributions in {out}, checked and installed")
 
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="tools/dist.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "dist", help="where the distributions go (default: dist/)")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=default_cache(),
+        help="where the regular installs are kept (default: $XDG_CACHE_HOME/pid1-supervisor or ~/.cache/...)",
+    )
     commands = parser.add_subparsers(dest="command")
-    venv = commands.add_parser("venv", help="print the path of a cached regular install, building it if needed")
-    venv.add_argument("cache", type=Path, help="the directory that keeps the installs")
+    commands.add_parser("venv", help="print the path of the cached regular install, building it if needed")
     args = parser.parse_args(argv)
     try:
         if args.command == "venv":
             print(cached_venv(args.cache.resolve()))
         else:
-            dist(args.out.resolve())
+            dist(args.out.resolve(), args.cache.resolve())
     except DistError as exc:
         print(f"dist: {exc}", file=sys.stderr)
         return 1

@@ -16,7 +16,7 @@ from pathlib import Path
 from ._sandbox import Channel, Sandbox
 from ._subjects import OURS, RunSpec, Subject
 
-__all__ = ["Bench", "Run", "SetupError", "build_probe"]
+__all__ = ["Bench", "Run", "SetupError", "build_probe", "regular_install"]
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -37,6 +37,27 @@ def build_probe(directory: Path) -> Path:
     if result.returncode != 0:
         raise SetupError(f"benchmarks/probe.c does not compile: {result.stderr.strip().splitlines()[0]}")
     return binary
+
+
+def regular_install(cache: Path | None = None, *, verbose: bool = True) -> str:
+    """The CLI of a venv installed from the wheels of the sources as they are,
+    as ``pip install`` leaves it for a user; tools/dist.py builds it once per
+    state of the sources and keeps it in ``cache`` (default: its own, outside
+    the clone, which `make dist` fills too).
+
+    Not the development venv's: its editable installs put one import finder
+    per package (six of them) on every interpreter's ``sys.meta_path`` from
+    .pth files, and each import of ours goes through them to the source tree,
+    which the start-up and memory rows would count as the supervisor's.
+    """
+    command = [sys.executable, str(REPO / "tools" / "dist.py"), *(["--cache", str(cache)] if cache else []), "venv"]
+    # Its progress (a build takes half a minute) goes straight to our stderr.
+    errors = None if verbose else subprocess.PIPE
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=errors, text=True, check=False)
+    if result.returncode != 0:
+        detail = "its error is above" if verbose else "\n".join(result.stderr.strip().splitlines()[-20:])
+        raise SetupError(f"cannot build the regular install from the wheels (tools/dist.py venv): {detail}")
+    return str(Path(result.stdout.strip()) / "bin" / "supervisor")
 
 
 @dataclass
@@ -179,4 +200,3 @@ def _traceback(log: str) -> str | None:
         return None
     after = lines[starts[-1] + 1 :]
     return next((line for line in after if line and not line[0].isspace()), "(no exception line)")
-

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ._bench import REPO, Bench, SetupError
+from ._bench import REPO, Bench, SetupError, regular_install
 from ._report import machine, render_table, write_json, write_markdown
 from ._results import Figure, Row, Target
-from ._subjects import ANCHORS, OURS, Subject, subject_version, subjects
+from ._subjects import ANCHORS, OURS, Subject, subject_version, subjects, supervisor_executable
 from .scenarios import SCENARIOS
 
 __all__ = ["main"]
@@ -54,6 +54,12 @@ def _parser() -> _Parser:
         action="store_true",
         help="with --only: replace just these scenarios' rows in the existing results and table, keep the others",
     )
+    parser.add_argument(
+        "--editable",
+        action="store_true",
+        help="measure the supervisor of this interpreter's venv (make setup's editable install) instead of a venv"
+        " installed from the wheels of the sources, built once per state of the sources and cached",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser
 
@@ -62,13 +68,19 @@ def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
     json_path = args.json or (None if args.smoke else REPO / "benchmarks" / "results.json")
     docs_path = args.docs or (None if args.smoke else REPO / "docs" / "benchmarks.md")
-    missing = [name for name in (OURS, *ANCHORS) if not shutil.which(_executable(name))]
-    for needed, what in (("unshare", "unshare (util-linux)"), (_executable(OURS), "the supervisor CLI (make setup)")):
-        if shutil.which(needed) is None:
+    missing = [name for name in ANCHORS if not shutil.which(name)]
+    needed = [("unshare", "unshare (util-linux)")]
+    if args.editable:
+        needed.append((supervisor_executable(), "the supervisor CLI (make setup)"))
+    for executable, what in needed:
+        if shutil.which(executable) is None:
             print(f"python -m benchmarks: {what} is not installed", file=sys.stderr)
             return 1
-    chosen = subjects([OURS, *[a for a in ANCHORS if a not in missing]])
     try:
+        ours = supervisor_executable() if args.editable else regular_install(verbose=not args.quiet)
+        if not args.quiet:
+            print(f"measuring {ours}", file=sys.stderr)
+        chosen = subjects([OURS, *[a for a in ANCHORS if a not in missing]], ours)
         return _run(args, chosen, missing, json_path, docs_path)
     except SetupError as exc:
         print(f"python -m benchmarks: {exc}", file=sys.stderr)
@@ -94,6 +106,7 @@ def _run(
                 rows.append(_crashed(name, exc))
             bench.say(f"  ({time.monotonic() - t0:.1f} s)")
         versions = {s.name: subject_version(s) for s in chosen}
+        versions[OURS] += " (editable install)" if args.editable else " (installed from wheels)"
     for row in rows:
         for name in missing:
             row.anchors.setdefault(name, Figure(note="not measured: not installed"))
@@ -138,14 +151,6 @@ def merge_into(previous: dict[str, Any], rows: list[Row], meta: dict[str, Any]) 
     kept = [m for m in base.get("merged", []) if not set(m["scenarios"]) <= set(partial["scenarios"])]
     base["merged"] = [*kept, partial]
     return merged, base
-
-
-def _executable(name: str) -> str:
-    if name == OURS:
-        from ._subjects import supervisor_executable
-
-        return supervisor_executable()
-    return name
 
 
 def _crashed(name: str, exc: Exception) -> Row:

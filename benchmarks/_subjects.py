@@ -71,9 +71,10 @@ def supervisor_executable() -> str:
     return str(here) if here.exists() else shutil.which("supervisor") or "supervisor"
 
 
-def subjects(names: Sequence[str]) -> list[Subject]:
+def subjects(names: Sequence[str], supervisor: str) -> list[Subject]:
+    """The subjects called ``names``; ``supervisor`` is our CLI's path."""
     executables = {
-        OURS: supervisor_executable(),
+        OURS: supervisor,
         "tini": "tini",
         "dumb-init": "dumb-init",
         "catatonit": "catatonit",
@@ -85,19 +86,22 @@ def subjects(names: Sequence[str]) -> list[Subject]:
 def subject_version(subject: Subject) -> str:
     """The Debian package version of an anchor, or the supervisor's own."""
     if subject.name == OURS:
-        from supervisor import __version__
-
-        return __version__
+        # From the CLI measured, which need not be this interpreter's.
+        words = _output([subject.executable, "--version"]).split()
+        return words[-1] if words else "unknown"
     package = {"supervisord": "supervisor"}.get(subject.name, subject.name)
-    try:
-        import subprocess
+    return _output(["dpkg-query", "-W", "-f=${Version}", package]).strip() or "unknown"
 
-        out = subprocess.run(
-            ["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, timeout=10, check=False
-        )
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
+
+def _output(argv: Sequence[str]) -> str:
+    """What ``argv`` prints, or nothing if it cannot run or fails."""
+    import subprocess
+
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout if out.returncode == 0 else ""
 
 
 # The recipe supervisord's users add so that the container ends with its main

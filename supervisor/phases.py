@@ -3,7 +3,7 @@
 Such a plugin lets users attach things (commands, requests) to any phase,
 each entry with a ``phase:`` and, for the per-process phases, a ``process:``.
 ``read_phase`` validates those two keys the same way for every plugin, and
-``PhasePlugin`` implements all six phase hooks by calling one ``run``
+``PhasePlugin`` implements every phase hook by calling one ``run``
 function, so a plugin of this kind is its settings parser and its runner::
 
     plugin = PhasePlugin(configure=parse, run=run_phase, doc=__doc__)
@@ -23,10 +23,13 @@ from .hookspec import SKIP, hookimpl
 
 __all__ = ["PHASES", "PROCESS_PHASES", "PhasePlugin", "read_phase"]
 
+# In the order a run goes through them; ``wind_down`` runs beside
+# ``pre_stop`` (and goes on when the main process exits), so it comes next.
 PHASES = (
     "startup",
     "shutdown_started",
     "pre_stop",
+    "wind_down",
     "before_process_stop",
     "after_process_stop",
     "post_stop",
@@ -104,6 +107,10 @@ class PhasePlugin:
     @hookimpl
     async def supervisor_pre_stop(self, ctx: Context, deadline: Deadline) -> object:
         return await self._phase(ctx, "pre_stop", deadline)
+
+    @hookimpl
+    async def supervisor_wind_down(self, ctx: Context, deadline: Deadline) -> object:
+        return await self._phase(ctx, "wind_down", deadline)
 
     @hookimpl
     async def supervisor_before_process_stop(self, ctx: Context, deadline: Deadline, process: ProcessInfo) -> object:

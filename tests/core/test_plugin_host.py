@@ -285,11 +285,13 @@ def test_wind_down_is_cut_by_the_deadline(plugin_path: Path, tmp_path: Path) -> 
     step = next(s for s in _timeline(sup) if s["phase"] == "wind_down")
     assert step["outcome"] == "timeout"
     # Cut at the escalation moment (2 s less a 20 ms margin) less the 0.2 s
-    # reserve, 1.78 s in (the exact moment is tests/core/test_dispatch.py's,
-    # on a mock clock): never before it, and inside the grace period however
-    # late the machine is.
+    # reserve, 1.78 s in, and not before.  No upper bound on a wall clock: a
+    # busy machine may resume the orchestrator late.  A hook that was not
+    # cut would run into the wall, where PID 1 kills the orchestrator and no
+    # timeline is logged; the exact moment is test_dispatch.py's, on a mock
+    # clock.
     (end,) = _ends([step])
-    assert 1.78 - 0.01 <= end <= 2.0
+    assert end >= 1.78 - 0.01
 
 
 def test_hook_timeout_does_not_cut_the_background_task(plugin_path: Path, tmp_path: Path) -> None:
@@ -315,13 +317,15 @@ def test_hook_overrunning_the_budget_is_cut_so_escalation_still_happens(plugin_p
     stop = next(s for s in timeline if s["phase"] == "stop")
     assert hook["outcome"] == "timeout"
     (hook_end,), (stop_end,) = _ends([hook]), _ends([stop])
-    # The hook gave way at the reserve (not before), and the stop that came
-    # after it killed the process inside the grace period.  The upper
-    # bounds hold on any machine: past the wall PID 1 kills the
-    # orchestrator and no timeline is logged at all.
+    # The hook gave way at the reserve (not before), then the stop killed
+    # the process at the escalation moment, 20 ms before the wall (not
+    # before).  That the orchestrator logged a "killed" stop at all shows it
+    # escalated by itself: had it waited on, PID 1 would have killed it at
+    # the wall, timeline unwritten.  No upper bounds on a wall clock: a busy
+    # machine may resume the orchestrator late.
     assert 1.78 - 0.01 <= hook_end <= float(stop["start"])  # type: ignore[arg-type]
     assert stop["outcome"] == "killed"
-    assert 1.98 - 0.01 <= stop_end <= 2.0
+    assert stop_end >= 1.98 - 0.01
 
 
 def test_second_signal_during_pre_stop_escalates(plugin_path: Path, tmp_path: Path) -> None:

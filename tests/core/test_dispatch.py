@@ -190,10 +190,8 @@ async def test_a_hook_cut_by_the_deadline_says_so(
             second.expire("second SIGTERM")
     # Cut 0.2 s (the reserve) before the escalation moment; then, with a
     # second SIGTERM, at once.
-    assert [(s.outcome, s.duration) for s in timeline.steps] == [
-        ("timeout", pytest.approx(1.8)),
-        ("cancelled", pytest.approx(0.5)),
-    ]
+    assert [s.outcome for s in timeline.steps] == ["timeout", "cancelled"]
+    assert [s.duration for s in timeline.steps] == pytest.approx([1.8, 0.5])
     assert [r.getMessage() for r in caplog.records] == [
         "supervisor_wind_down cut short to keep 0.200s in reserve for stopping processes",
         "supervisor_wind_down cut short: the shutdown deadline leaves no more time",

@@ -35,7 +35,7 @@ def _declared_list() -> dict[str, str]:
 
 def _type_checking_imports() -> list[tuple[str, str, str | None]]:
     """(name, module, alias) of every import under ``if TYPE_CHECKING:``."""
-    found = []
+    found: list[tuple[str, str, str | None]] = []
     for node in _module_ast().body:
         if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
             for stmt in node.body:
@@ -97,7 +97,7 @@ def test_mypy_sees_the_exports_and_nothing_else(tmp_path: Path) -> None:
 
 def _imports_of_supervisor(path: Path) -> list[tuple[str, int, str]]:
     """(module, line, name) of every ``from supervisor... import name`` in ``path``."""
-    found = []
+    found: list[tuple[str, int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             if node.module == "supervisor" or node.module.startswith("supervisor."):

@@ -3,6 +3,8 @@ third party implements, and ``read_phase`` accepts exactly those phases."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 import trio.testing
 
@@ -34,7 +36,7 @@ async def test_phase_plugin_runs_its_entries_in_every_phase(autojump_clock: trio
         name = "web"
 
     for phase in PHASES:
-        extra = {"process": Web()} if phase in PROCESS_PHASES else {}
+        extra: dict[str, Any] = {"process": Web()} if phase in PROCESS_PHASES else {}
         if phase == "after_process_stop":
             extra["status"] = object()
         await host.call(f"supervisor_{phase}", deadline=None if phase == "startup" else deadline, phase=phase, **extra)

@@ -198,7 +198,7 @@ def test_pre_stop_hooks_run_concurrently(plugin_path: Path, tmp_path: Path) -> N
     config = _config(tmp_path, "slow: {seconds: 1s}\nslow2: {seconds: 1s}\nslow3: {seconds: 1s}\n")
     sup = _terminated(config, plugin_path, tmp_path)
     steps = [s for s in _timeline(sup) if s["phase"] == "pre_stop"]
-    assert sorted(s["plugin"] for s in steps) == ["slow", "slow2", "slow3"]
+    assert sorted(str(s["plugin"]) for s in steps) == ["slow", "slow2", "slow3"]
     assert all(s["outcome"] == "ok" for s in steps)
     # Side by side, not in a row: each started before any had ended (one
     # after another, each would start at the previous one's end).  No

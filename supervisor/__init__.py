@@ -13,6 +13,38 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# The public API: each name and the module it is defined in, the one list.
+# ``__all__``, ``dir()`` and the lazy loader below are made from it.  Type
+# checkers cannot run the loader, so the block under TYPE_CHECKING spells the
+# same imports for them; tests/core/test_exports.py reads that block and fails
+# when it and this list differ.  Adding a name: one entry here, one import
+# there.
+_EXPORTS = {
+    "hookimpl": ".hookspec",
+    "SKIP": ".hookspec",
+    "PHASES": ".phases",
+    "PROCESS_PHASES": ".phases",
+    "PhasePlugin": ".phases",
+    "read_phase": ".phases",
+    "Context": "._context",
+    "ProcessInfo": "._context",
+    "ProcessState": ".runtime.state",
+    "Deadline": "._deadline",
+    "HttpRequest": "._http",
+    "HttpResponse": "._http",
+    "why_cancelled": "._cancelled",
+    "ExitStatus": "._status",
+    "Step": "._timeline",
+    "Timeline": "._timeline",
+    "format_duration": "._units",
+    "parse_duration": "._units",
+    "Config": ".config",
+    "ConfigError": ".config",
+    "Position": ".config",
+    "ProcessSpec": ".config",
+    "Settings": ".config",
+}
+
 if TYPE_CHECKING:
     from ._cancelled import why_cancelled as why_cancelled
     from ._context import Context as Context
@@ -38,68 +70,25 @@ if TYPE_CHECKING:
     from .phases import read_phase as read_phase
     from .runtime.state import ProcessState as ProcessState
 
-_EXPORTS = {
-    "hookimpl": ".hookspec",
-    "SKIP": ".hookspec",
-    "PHASES": ".phases",
-    "PROCESS_PHASES": ".phases",
-    "PhasePlugin": ".phases",
-    "read_phase": ".phases",
-    "Context": "._context",
-    "ProcessInfo": "._context",
-    "ProcessState": ".runtime.state",
-    "Deadline": "._deadline",
-    "HttpRequest": "._http",
-    "HttpResponse": "._http",
-    "why_cancelled": "._cancelled",
-    "ExitStatus": "._status",
-    "Step": "._timeline",
-    "format_duration": "._units",
-    "parse_duration": "._units",
-    "Timeline": "._timeline",
-    "Config": ".config",
-    "ConfigError": ".config",
-    "Position": ".config",
-    "ProcessSpec": ".config",
-    "Settings": ".config",
-}
-
-__all__ = [
-    "PHASES",
-    "PROCESS_PHASES",
-    "SKIP",
-    "Config",
-    "ConfigError",
-    "Context",
-    "Deadline",
-    "ExitStatus",
-    "HttpRequest",
-    "HttpResponse",
-    "PhasePlugin",
-    "Position",
-    "ProcessInfo",
-    "ProcessSpec",
-    "ProcessState",
-    "Settings",
-    "Step",
-    "Timeline",
-    "__version__",
-    "format_duration",
-    "hookimpl",
-    "parse_duration",
-    "read_phase",
-    "why_cancelled",
-]
+__all__ = ["__version__"]
+__all__.extend(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'supervisor' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:
+    # Only at run time: to a type checker a module ``__getattr__`` would make
+    # every attribute exist (as Any), so that ``from supervisor import
+    # Deadlin`` passed; without it, the imports above are all there is.
+
+    def __getattr__(name: str) -> Any:
+        # PEP 562: the first access imports the defining module; the value is
+        # then cached in the module's globals, so later ones skip this.
+        try:
+            module = _EXPORTS[name]
+        except KeyError:
+            raise AttributeError(f"module 'supervisor' has no attribute {name!r}") from None
+        value = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 import trio
 
@@ -14,10 +14,9 @@ from ._timeline import Timeline
 from .config import Config, ProcessSpec
 from .runtime.state import ProcessState
 
-if TYPE_CHECKING:
-    from .health.board import Board
+__all__ = ["Context", "ProcessInfo", "Reports"]
 
-__all__ = ["Context", "ProcessInfo"]
+Level = Literal["alive", "ready"]
 
 
 class ProcessInfo(Protocol):
@@ -48,6 +47,17 @@ class ProcessInfo(Protocol):
     def restarts(self) -> int: ...
 
 
+class Reports(Protocol):
+    """Where a plugin's status line and health checks go: the health board
+    (``supervisor.health.board.Board``).  Named here by what a Context needs
+    of it rather than imported, so that the board, which shows processes,
+    and the plugins' view, which reports to it, do not depend on each other."""
+
+    def report(self, source: str, name: str, *, ok: bool, level: Level, detail: str = "") -> None: ...
+
+    def set_status(self, source: str, text: str | None) -> None: ...
+
+
 @dataclass
 class Context:
     """One plugin's view, passed to its hooks as ``ctx``.
@@ -64,7 +74,7 @@ class Context:
     timeline: Timeline
     main_exited: trio.Event
     """Set once the main process has exited for good."""
-    board: Board | None = None
+    board: Reports | None = None
     """Where ``report_health`` and ``set_status`` go (None: nowhere, as in
     unit tests that build a Context by hand)."""
 
@@ -76,7 +86,7 @@ class Context:
             self.board.set_status(self.plugin, text)
 
     def report_health(
-        self, name: str, *, ok: bool, level: Literal["alive", "ready"] = "ready", detail: str = ""
+        self, name: str, *, ok: bool, level: Level = "ready", detail: str = ""
     ) -> None:
         """Contribute a health check: its latest verdict, which counts at once
         (apply any threshold of your own before reporting a failure).

@@ -25,6 +25,19 @@ How hooks run
   loop: blocking I/O there belongs in ``trio.to_thread.run_sync``, and one
   that never yields (a CPU loop) holds everything up until PID 1 kills the
   container at the end of the grace period.
+* Order: implementations of one hook run concurrently, so ordering between
+  plugins comes from the phases, not from registration.  pluggy's
+  ``@hookimpl(tryfirst=True)`` and ``trylast=True`` are kept as waves: every
+  ``tryfirst`` implementation of the call has returned (or been cut off)
+  before the plain ones start, and those before the ``trylast`` ones, all
+  within the same deadline.  Where waves cannot apply (``supervisor_configure``,
+  ``supervisor_add_commands``, ``supervisor_background``) the plugin is
+  refused as invalid.  Hook wrappers (``wrapper``/``hookwrapper``) are
+  refused too: there is no single call for them to surround.
+* Per-process hooks (``supervisor_process_started``, ``_exited``,
+  ``_restarted``, ``supervisor_before_process_stop``, ``_after_process_stop``)
+  fire for **every** supervised process, not only those your settings name:
+  check ``process.name`` and return ``supervisor.SKIP`` for the others.
 * An exception, a hang or a timeout in one implementation is logged with the
   plugin's name and recorded in the timeline; it never stops the other
   implementations, the shutdown, or PID 1.  Raise freely.
@@ -106,28 +119,39 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def supervisor_configure(settings: Settings, config: Config) -> object:
     """Validate this plugin's section of ``plugins:`` and return what it needs.
 
-    Called once, synchronously, for each enabled plugin, with its own section
-    and the whole validated ``config`` (to check process names, say).  Read
-    values through ``settings`` (``settings.duration("delay", default=5.0)``,
-    ``settings.string(...)``, ``settings.section(...)``...): they check types
-    and record each problem at its ``FILE:LINE:COLUMN``.  Call
-    ``settings.error(key, message)`` for checks of your own and
-    ``settings.check_keys(...)`` to reject unknown keys.  The supervisor
-    reports every problem of every plugin at once and exits 2 before starting
-    anything.
+    Called once, synchronously (a plain ``def``; ``async def`` is refused),
+    for each enabled plugin, in the order of the YAML, before any process
+    starts.  Record problems rather than raising: the supervisor reports
+    every problem of every plugin at once, each as ``FILE:LINE:COLUMN:
+    message``, and exits 2 before starting anything.  An exception is
+    reported the same way, as one line at the plugin's section.
 
-    The return value becomes ``ctx.settings`` in this plugin's other hooks
-    (the ``Settings`` object itself if you return None).
+    :param settings: This plugin's own section (``supervisor.Settings``).
+        Read values through it (``settings.duration("delay", default=5.0)``,
+        ``settings.string(...)``, ``settings.section(...)``...): the readers
+        check types and record each problem at its position.  Call
+        ``settings.error(key, message)`` for checks of your own and
+        ``settings.check_keys(...)`` to reject unknown keys (the host's own
+        ``hook_timeout`` is always allowed).
+    :param config: The whole validated configuration (``supervisor.Config``),
+        to check the process names your section refers to, say.
+    :returns: What the plugin's other hooks get as ``ctx.settings`` (a
+        frozen dataclass documents it best); None keeps the ``Settings``.
     """
 
 
 @hookspec
 def supervisor_add_commands(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add subcommands to the ``supervisor`` CLI (for operators' tools).
+    """Add subcommands to the ``supervisor`` command line (operators' tools).
 
-    Called for every installed plugin, enabled or not.  Give each parser a
-    handler with ``parser.set_defaults(handler=fn)`` where ``fn(args)``
-    returns the exit status.
+    Called synchronously for every installed plugin, enabled or not (the
+    command line is built before any YAML is read).  A plugin that raises
+    here loses its commands, with a warning; the others keep theirs.
+
+    :param subparsers: The ``supervisor`` parser's subcommands
+        (``argparse``).  Add a parser per command and give it a handler with
+        ``parser.set_defaults(handler=fn)``, where ``fn(args)`` returns the
+        exit status.
     """
 
 
@@ -138,11 +162,14 @@ def supervisor_add_commands(subparsers: argparse._SubParsersAction[Any]) -> None
 
 @hookspec
 async def supervisor_startup(ctx: Context) -> None:
-    """Runs before any process starts; the start waits until every
-    implementation has returned (or timed out).
+    """Before any process starts; the first start waits until every
+    implementation has returned (or timed out: ``hook_timeout``, by default
+    30 s).
 
     Use it to wait for a dependency outside the pod or to prepare state.  A
     failure is logged and does not prevent the start.
+
+    :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
     """
 
 
@@ -154,24 +181,60 @@ async def supervisor_background(ctx: Context) -> None:
     Started once every process has started; cancelled when the shutdown
     begins.  Returning early is fine; an exception is logged.  A background
     task is not a call with a timeout: the plugin's ``hook_timeout`` does not
-    apply to it (it bounds the plugin's other hooks).
+    apply to it (it bounds the plugin's other hooks).  All background tasks
+    run side by side, so ``tryfirst``/``trylast`` are refused here.
+
+    :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
     """
 
 
 @hookspec
 async def supervisor_process_started(ctx: Context, process: ProcessInfo) -> None:
-    """A process was spawned (also after each restart)."""
+    """A supervised process was spawned (the first time and after each
+    restart).
+
+    Fires for every process, not only the ones your settings mention:
+    filter on ``process.name``.  Not awaited by the supervisor: the process
+    is already running, and the implementation runs beside it under its
+    ``hook_timeout`` (30 s by default).
+
+    :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
+    :param process: The process (``supervisor.ProcessInfo``), live: its
+        ``pid`` is the new one.
+    """
 
 
 @hookspec
 async def supervisor_process_exited(ctx: Context, process: ProcessInfo, status: ExitStatus) -> None:
-    """A process exited, whether or not it will be restarted."""
+    """A supervised process exited, whether or not it will be restarted.
+
+    Fires for every process: filter on ``process.name``.  Not awaited by the
+    supervisor; bounded by ``hook_timeout`` (30 s by default).  It fires for
+    the exits the shutdown causes too, but calls still running when the
+    supervisor exits are cancelled: work that must happen after a process
+    stopped belongs in ``supervisor_after_process_stop``.
+
+    :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
+    :param process: The process (``supervisor.ProcessInfo``), live: by the
+        time the hook runs it may be starting again.
+    :param status: How this run ended (``supervisor.ExitStatus``: ``code``
+        or ``signal``, and ``exit_code`` folding both as a shell would).
+    """
 
 
 @hookspec
 async def supervisor_process_restarted(ctx: Context, process: ProcessInfo, attempt: int) -> None:
-    """A crashed process was spawned again; ``attempt`` counts from 1 within
-    the backoff window."""
+    """A process that had exited was spawned again by its restart policy.
+
+    Fires for every process: filter on ``process.name``.  Comes with a
+    ``supervisor_process_started`` for the same spawn.  Not awaited by the
+    supervisor; bounded by ``hook_timeout`` (30 s by default).
+
+    :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
+    :param process: The process (``supervisor.ProcessInfo``), live.
+    :param attempt: How many restarts within the backoff window, counting
+        from 1; past the policy's limit there is no restart and no call.
+    """
 
 
 # --------------------------------------------------------------------------
@@ -181,10 +244,16 @@ async def supervisor_process_restarted(ctx: Context, process: ProcessInfo, attem
 
 @hookspec
 async def supervisor_shutdown_started(ctx: Context, deadline: Deadline, reason: str) -> None:
-    """The shutdown begins (``reason``: "SIGTERM", "main process exited"...).
+    """The shutdown begins.
 
     The place to learn the real deadline and ``deadline.shorten()`` to it,
-    before the other steps divide up the time.  Keep it short.
+    before the other steps divide up the time.  Keep it short: this phase as
+    a whole gets at most 5 s, whatever ``hook_timeout`` says.
+
+    :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
+    :param deadline: The shutdown's one budget (``supervisor.Deadline``).
+    :param reason: Why, for the log: ``"received SIGTERM"``, ``"main process
+        web exited with code 0"``, ``"db failed: ..."``.
     """
 
 
@@ -194,8 +263,13 @@ async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
     (endpoints drained, a fixed delay, an app's drain endpoint).
 
     All implementations run concurrently.  If the main process exits
-    meanwhile they are cancelled: there is nothing left to drain.  Work that
-    must run to its end anyway belongs in ``supervisor_wind_down``.
+    meanwhile they are cancelled (outcome ``cancelled``), and if it has
+    exited already the phase is skipped: there is nothing left to drain.
+    Work that must run to its end anyway belongs in ``supervisor_wind_down``.
+
+    :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
+    :param deadline: The shutdown's one budget (``supervisor.Deadline``); the
+        call is cut off at ``deadline.remaining_for_hooks()``.
     """
 
 
@@ -211,15 +285,27 @@ async def supervisor_wind_down(ctx: Context, deadline: Deadline) -> None:
     by ``hook_timeout`` and the plan's deadline less its reserve.  The first
     process is stopped once every ``pre_stop`` and ``wind_down``
     implementation has returned.
+
+    :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
+    :param deadline: The shutdown's one budget (``supervisor.Deadline``); the
+        call is cut off at ``deadline.remaining_for_hooks()``.
     """
 
 
 @hookspec
 async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, process: ProcessInfo) -> None:
-    """Right before ``process`` gets its stop signal (processes stop in
-    reverse dependency order).  E.g. shut down VMs before libvirtd goes.
+    """Right before ``process`` gets its stop signal: processes stop in
+    reverse dependency order, those of one dependency level concurrently.
+    E.g. shut down VMs before libvirtd goes.
 
-    Not called for a process that has already exited.
+    Fires for every process that is still running, once each: filter on
+    ``process.name``.  Not called for a process that has already exited.
+    The stop signal waits until every implementation has returned.
+
+    :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
+    :param deadline: The shutdown's one budget (``supervisor.Deadline``).
+    :param process: The process about to be stopped (``supervisor.ProcessInfo``),
+        still running.
     """
 
 
@@ -227,10 +313,27 @@ async def supervisor_before_process_stop(ctx: Context, deadline: Deadline, proce
 async def supervisor_after_process_stop(
     ctx: Context, deadline: Deadline, process: ProcessInfo, status: ExitStatus
 ) -> None:
-    """``process`` has exited (gracefully or killed) with ``status``; it can
-    no longer act.  E.g. release the leader Lease the process held."""
+    """``process`` has exited (gracefully or killed); it can no longer act.
+    E.g. release the leader Lease the process held, remove its files.
+
+    Fires for every process that ever started, once each: filter on
+    ``process.name``.  Processes of the next dependency level are stopped
+    once these calls have returned.
+
+    :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
+    :param deadline: The shutdown's one budget (``supervisor.Deadline``).
+    :param process: The process that was stopped (``supervisor.ProcessInfo``),
+        no longer running.
+    :param status: How it ended (``supervisor.ExitStatus``); a signal of
+        SIGKILL means the supervisor had to kill it.
+    """
 
 
 @hookspec
 async def supervisor_post_stop(ctx: Context, deadline: Deadline) -> None:
-    """Every supervised process has exited.  Clean-up outside the pod."""
+    """Every supervised process has exited.  Clean-up outside the pod.
+
+    :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
+    :param deadline: The shutdown's one budget (``supervisor.Deadline``):
+        what is left of it after the stops.
+    """

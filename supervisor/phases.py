@@ -23,6 +23,8 @@ from .hookspec import SKIP, hookimpl
 
 __all__ = ["PHASES", "PROCESS_PHASES", "PhasePlugin", "read_phase"]
 
+# In the order a run goes through them; ``wind_down`` runs beside
+# ``pre_stop`` (and goes on when the main process exits), so it comes next.
 PHASES = (
     "startup",
     "shutdown_started",

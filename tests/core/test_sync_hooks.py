@@ -18,6 +18,7 @@ from supervisor.config import load_config
 class Blocking:
     def __init__(self) -> None:
         self.thread: threading.Thread | None = None
+        self.entered: trio.Event | None = None
         self.released = threading.Event()
 
     @hookimpl
@@ -25,6 +26,8 @@ class Blocking:
         self.thread = threading.current_thread()
         with ctx.timeline.step("pre_stop", "inner", plugin="blocking"):  # type: ignore[attr-defined]
             deadline.shorten(1.0, "learned in a thread")
+        if self.entered is not None:
+            trio.from_thread.run_sync(self.entered.set)
         self.released.wait(30)  # blocking I/O, as far as trio can tell
 
 
@@ -42,21 +45,23 @@ def _host(tmp_path: Path, plugin: object) -> tuple[PluginHost, Timeline]:
 
 def test_a_blocking_def_hook_leaves_the_loop_free_and_is_abandoned(tmp_path: Path) -> None:
     plugin = Blocking()
-    ticks = 0
+    # Loop turns taken while the hook's thread was blocked: the loop was free.
+    turns_while_blocked = 0
 
     async def main() -> tuple[Deadline, float, Timeline]:
-        nonlocal ticks
         host, timeline = _host(tmp_path, plugin)
+        plugin.entered = entered = trio.Event()
         timeline.origin = trio.current_time()
         deadline = Deadline(10.0)
         started = time.monotonic()
         async with trio.open_nursery() as nursery:
 
             async def tick() -> None:
-                nonlocal ticks
-                while True:
-                    ticks += 1
-                    await trio.sleep(0.01)
+                nonlocal turns_while_blocked
+                await entered.wait()
+                while not plugin.released.is_set() and turns_while_blocked < 5:
+                    turns_while_blocked += 1
+                    await trio.sleep(0)
 
             nursery.start_soon(tick)
             await host.call("supervisor_pre_stop", deadline=deadline, phase="pre_stop")
@@ -72,6 +77,6 @@ def test_a_blocking_def_hook_leaves_the_loop_free_and_is_abandoned(tmp_path: Pat
     # at it less the reserve and abandoned the thread.
     assert deadline.reasons == ["learned in a thread"]
     assert 0.5 < took < 5.0
-    assert ticks > 20  # the loop kept running meanwhile
+    assert turns_while_blocked == 5  # the loop kept running meanwhile
     steps = {(step.name, step.outcome) for step in timeline.steps}
     assert ("inner", "ok") in steps and ("pre_stop", "timeout") in steps, timeline.steps

@@ -18,7 +18,7 @@ __all__ = ["describe_ready", "render_plan"]
 
 _LABEL_WIDTH = 26
 _PER_PROCESS = ("before_process_stop", "after_process_stop")
-_PLACED = {"startup", "background", "shutdown_started", "pre_stop", "post_stop", *_PER_PROCESS}
+_PLACED = {"startup", "background", "shutdown_started", "pre_stop", "wind_down", "post_stop", *_PER_PROCESS}
 # Not phases of a run: configuration time and the CLI.
 _NOT_PHASES = {"configure", "add_commands"}
 
@@ -133,10 +133,14 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
     ]
     if "shutdown_started" in phases:
         lines.append(_row("shutdown_started", ", ".join(phases["shutdown_started"]), "[0s]"))
-    draining = "pre_stop" in phases
+    # The stops begin at D, once pre_stop (until drained) and wind_down
+    # (beside it, not cut short by the main process's exit) are both over.
+    draining = "pre_stop" in phases or "wind_down" in phases
     start = "D" if draining else ""
-    if draining:
+    if "pre_stop" in phases:
         lines.append(_row("pre_stop", ", ".join(phases["pre_stop"]), "[0s – D: until drained]"))
+    if "wind_down" in phases:
+        lines.append(_row("wind_down", ", ".join(phases["wind_down"]), "[0s – D: beside pre_stop]"))
     offset = 0.0
     levels = stop_levels(config)
     for number, level in enumerate(levels, start=1):
@@ -187,7 +191,7 @@ def _summary(claimed: float, grace: float, draining: bool) -> str:
         return f"  Stop timeouts claim {format_duration(claimed)}, {format_duration(-left)} more than the grace period."
     text = f"  Stop timeouts claim at most {format_duration(claimed)} of {format_duration(grace)}"
     if draining:
-        return text + f"; pre_stop fits them all if D <= {format_duration(left)}."
+        return text + f"; they all fit if D <= {format_duration(left)}."
     return text + f"; {format_duration(left)} to spare."
 
 

@@ -58,7 +58,7 @@ Shutdown plan (grace period 15s; SIGKILL escalation at 14.95s; hooks end 1s befo
      after_process_stop      kubernetes
   post_stop                  exec
   wall                       PID 1 kills what is left (exit 137)   [15s]
-  Stop timeouts claim at most 8s of 15s; pre_stop fits them all if D <= 7s.
+  Stop timeouts claim at most 8s of 15s; they all fit if D <= 7s.
 
 Event hooks
   process_exited             audit
@@ -178,3 +178,13 @@ def test_plan_for_a_hand_made_config() -> None:
     plan = render_plan(config, {})
     assert "grace period 2s; SIGKILL escalation at 1.98s; hooks end 200ms before it" in plan
     assert "  1. stop app                SIGTERM, up to 500ms                  [0s – 500ms]" in plan
+
+
+def test_wind_down_sits_beside_pre_stop_and_the_stops_wait_for_it() -> None:
+    path = EXAMPLES / "webapp.yaml"
+    plan = render_plan(load_config(path, {}), {"wind_down": ["libvirt"]})
+    # No pre_stop: the stops still begin at D, once wind_down is over.
+    assert "  wind_down                  libvirt                               [0s – D: beside pre_stop]\n" in plan
+    assert "  1. stop worker             SIGTERM, up to 3s                     [D – D+3s]\n" in plan
+    assert "pre_stop" not in plan.replace("beside pre_stop", "")
+    assert "Event hooks" not in plan

@@ -234,13 +234,15 @@ async def test_a_long_multibyte_note_is_cut_to_what_the_server_accepts(kube: Kub
     600 two-byte characters would be rejected whole (422)."""
     import logging as stdlib_logging
 
+    from supervisor_kubernetes._connection import Connector
     from supervisor_kubernetes._events import EventRecorder
 
     ns = kube.cluster
     ns.run_pod("web-0")
     h = harness(kube, tmp_path, "web-0", "events: true")
-    connection = await h.plugin._connect(h.ctx)
-    recorder = EventRecorder(connection.api, connection.pod_identity, stdlib_logging.getLogger("test"))
+    log = stdlib_logging.getLogger("test")
+    connection = await Connector().connect(h.ctx.settings, log)  # type: ignore[arg-type]
+    recorder = EventRecorder(connection.api, connection.pod, log)
     with LogRecords.capture("test") as logs:
         await recorder.record("DrainStarted", "é" * 600, action="Drain")
     assert logs.at(logging.WARNING) == [], logs.messages

@@ -269,9 +269,11 @@ class SliceWatch:
       saw the last flip 810-820 ms after this one, which made the plugin look
       as if it stopped the main process 0.5-0.8 s before the flip; with this
       one SIGTERM came 38-69 ms after flip + propagation_delay;
-    * the plugin in the test process: this one saw the flip 3-8 ms before the
-      plugin on an idle machine; with two busy loops on the two cores, from
-      21 ms after to 314 ms before it (a busy machine delays either side).
+    * the plugin in the test process: this one saw the flip 0-8 ms before
+      the plugin (median 5 ms) with the machine otherwise shared; with two
+      more busy loops, from 8 ms after to 26 ms before it (median 5 ms
+      before), and with four, from 21 ms after to 314 ms before it: a busy
+      machine delays either side, this one rarely and by little.
     """
 
     namespace: Namespace

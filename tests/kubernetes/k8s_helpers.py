@@ -4,9 +4,11 @@ a Context, a Deadline, and the shutdown hooks called in the plan's order."""
 from __future__ import annotations
 
 import logging
+import os
 import textwrap
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,45 +19,102 @@ from supervisor import Context, Deadline, ExitStatus
 from tests.cluster import ControlPlane, FaultProxy, Namespace
 from tests.plugins._helpers import FakeProcess, configure, make_context
 
-__all__ = ["Harness", "KubeTarget", "controllers_held_until_the_plugin_looked", "harness"]
+REPO = Path(__file__).resolve().parents[2]
+
+__all__ = [
+    "LOOKED",
+    "REPO",
+    "Harness",
+    "KubeTarget",
+    "controllers_held",
+    "controllers_held_until_the_plugin_looked",
+    "harness",
+    "wait_until_trying",
+]
 
 # What the drain logs once it has listed the slices and found them routing.
-_LOOKED = "still route to this pod"
-
-
-class _ResumeWhenLogged(logging.Handler):
-    def __init__(self, plane: ControlPlane) -> None:
-        super().__init__(logging.INFO)
-        self.plane = plane
-        self.seen = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if not self.seen and _LOOKED in record.getMessage():
-            self.seen = True
-            self.plane.resume_controllers()
+LOOKED = "still route to this pod"
 
 
 @contextmanager
-def controllers_held_until_the_plugin_looked(plane: ControlPlane, *, limit: float = 20.0) -> Iterator[None]:
-    """Hold kube-controller-manager (SIGSTOP) until the drain has listed the
-    slices and logged that they still route to this pod, so that it sees the
-    flip happen through its watch.  A fixed lag is not enough: on a loaded
-    machine the plugin's own start can outlast it, and the plugin then finds
-    the flip already done.  ``limit`` bounds the hold whatever happens."""
-    logger = logging.getLogger("supervisor.plugin.kubernetes")
-    handler = _ResumeWhenLogged(plane)
-    old_level = logger.level
-    if logger.getEffectiveLevel() > logging.INFO:
-        logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
+def controllers_held(plane: ControlPlane, until: Callable[[], bool], *, limit: float = 20.0) -> Iterator[None]:
+    """Hold kube-controller-manager (SIGSTOP) until ``until()`` is true
+    (asked every 10 ms from a thread: what the proxy saw, what the plugin
+    logged), until the block ends, or for ``limit`` seconds at most.
+
+    This is how a test makes the controller flip the endpoints at the
+    moment it needs (once the plugin watches, once its watch has been
+    resumed...) rather than after a fixed lag, which a loaded machine
+    outlasts.  It never resumes the controllers after the block: a later
+    test of the session may be holding them by then."""
+    released = threading.Event()
+    lock = threading.Lock()
+
+    def release() -> None:
+        with lock:
+            if not released.is_set():
+                released.set()
+                plane.resume_controllers()
+
+    def watch() -> None:
+        while not released.wait(0.01):
+            if until():
+                release()
+
     timer = plane.pause_controllers(limit)
+    thread = threading.Thread(target=watch, daemon=True, name="controllers-held")
+    thread.start()
     try:
         yield
     finally:
         timer.cancel()
-        plane.resume_controllers()
+        release()
+        thread.join(5)
+
+
+class _Looked(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen = self.seen or LOOKED in record.getMessage()
+
+
+@contextmanager
+def controllers_held_until_the_plugin_looked(plane: ControlPlane, *, limit: float = 20.0) -> Iterator[None]:
+    """Hold the controllers until the drain (in this process) has listed the
+    slices and logged that they still route to this pod, so that it sees
+    the flip happen through its watch.  A fixed lag is not enough: on a
+    loaded machine the plugin's own start can outlast it, and the plugin
+    then finds the flip already done."""
+    logger = logging.getLogger("supervisor.plugin.kubernetes")
+    handler = _Looked()
+    old_level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        with controllers_held(plane, lambda: handler.seen, limit=limit):
+            yield
+    finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
+
+
+# What client-go's elector logs (klog, level 0) as it starts trying for the Lease.
+_ATTEMPTING = "Attempting to acquire leader lease"
+
+
+def wait_until_trying(manager_log: Path, timeout: float = 30) -> None:
+    """Until a manager started with ``log=manager_log`` has started trying
+    for its Lease (its first attempt follows at once, then one every retry
+    period): from then on a standby that took a held Lease would show."""
+    end = time.monotonic() + timeout
+    while _ATTEMPTING not in (manager_log.read_text(errors="replace") if manager_log.exists() else ""):
+        if time.monotonic() > end:
+            raise AssertionError(f"the manager never tried for its Lease within {timeout} s ({manager_log})")
+        time.sleep(0.02)
 
 
 @dataclass
@@ -81,6 +140,12 @@ class KubeTarget:
     def env(self) -> dict[str, str]:
         port = self.proxy.port if self.proxy is not None else self.plane.port
         return {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(port)}
+
+    def pod_env(self, pod: str) -> dict[str, str]:
+        """The environment of a supervisor run as pod ``pod`` (the downward
+        API's name and namespace), with the repository importable."""
+        path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+        return {**self.env, "POD_NAME": pod, "POD_NAMESPACE": self.namespace, "PYTHONPATH": path}
 
 
 @dataclass

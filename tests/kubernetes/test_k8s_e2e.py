@@ -10,7 +10,6 @@ Lease is released, and the standby manager leads within its retry period.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -18,12 +17,11 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import Manager, manager_command, read_report
-from tests.kubernetes.k8s_helpers import KubeTarget
+from tests.kubernetes.k8s_helpers import LOOKED, REPO, KubeTarget, controllers_held, wait_until_trying
 from tests.pid1 import Supervisor
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 LEASE = "controller-leader"
 RETRY = 0.5  # both managers' RetryPeriod
 PROPAGATION = 1.0
@@ -67,13 +65,7 @@ plugins:
 
 def _supervise(kube: KubeTarget, tmp_path: Path, report: Path) -> Supervisor:
     """The supervisor as PID 1, once its manager leads and the plugin has read its pod."""
-    env = {
-        **kube.env,
-        "POD_NAME": "ctrl-0",
-        "POD_NAMESPACE": kube.namespace,
-        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    }
-    sup = Supervisor(["-c", str(_config(kube, tmp_path, report))], env=env, cwd=REPO)
+    sup = Supervisor(["-c", str(_config(kube, tmp_path, report))], env=kube.pod_env("ctrl-0"), cwd=REPO)
     deadline = time.monotonic() + 60
     # A pod runs for a while before it is deleted: the plugin's background
     # hook has loaded the client and read the pod long before.
@@ -96,17 +88,19 @@ def test_pod_deletion_drains_then_stops_then_hands_over_the_lease(kube: KubeTarg
     ns = kube.cluster
     _pod_behind_web(kube)
     report = tmp_path / "controller.jsonl"
-    standby = Manager(kube.plane, ns.name, "ctrl-1", lease=LEASE, retry_period=RETRY, log=tmp_path / "standby.log")
+    standby_log = tmp_path / "standby.log"
+    standby = Manager(kube.plane, ns.name, "ctrl-1", lease=LEASE, retry_period=RETRY, log=standby_log)
     with _supervise(kube, tmp_path, report) as sup:
         standby.start()
         ns.on_cleanup(standby.stop)
-        time.sleep(RETRY * 3)
-        assert not standby.leading, "the standby took a held Lease"
+        wait_until_trying(standby_log)
         watch = ns.watch_slices(ns.kubelet.read_pod("ctrl-0"))
-        kube.plane.pause_controllers(1.5)  # the controller reacts 1.5 s late
-        ns.delete_pod("ctrl-0")
-        sup.signal(signal.SIGTERM)  # the kubelet, at the same moment
-        code = sup.wait(40)
+        # The controller reacts once the plugin has seen the endpoint route,
+        # so that the drain waits for the flip rather than finding it done.
+        with controllers_held(kube.plane, lambda: LOOKED in sup.output):
+            ns.delete_pod("ctrl-0")
+            sup.signal(signal.SIGTERM)  # the kubelet, at the same moment
+            code = sup.wait(40)
         flipped_mono = watch.wait_flipped()
         acquired = standby.wait_leading(10)
     # Wall clock and monotonic clock: the flip as seen, in wall-clock terms.
@@ -116,9 +110,13 @@ def test_pod_deletion_drains_then_stops_then_hands_over_the_lease(kube: KubeTarg
     # 1. The manager was asked to stop only after the flip and the propagation delay.
     assert events["stopping"] >= flipped + PROPAGATION - 0.1, (events, flipped, sup.output)
     assert events["stopping"] < flipped + PROPAGATION + 3, (events, flipped, sup.output)
+    assert LOOKED in sup.output, "the drain never saw the endpoint route"
     # 2. It exited (without releasing: ReleaseOnCancel is off), then the plugin released.
     assert "stopped" in events, events
     assert "released lease" in sup.output
+    # The standby, trying every retry period since before the deletion, took
+    # the Lease only once its holder had exited: never a held one.
+    assert acquired >= events["stopped"], (acquired, events)
     # 3. The standby led within its jittered retry (up to 2.2 retry periods) plus slack, not after 15 s.
     assert acquired - events["stopped"] < RETRY * 2.2 + 1.5, (acquired, events)
     reasons = {e["reason"] for e in ns.list_events()}
@@ -142,21 +140,17 @@ def test_sigterm_without_deletion_skips_the_drain(kube: KubeTarget, tmp_path: Pa
 
 def test_the_pods_deadline_is_honoured(kube: KubeTarget, tmp_path: Path) -> None:
     """kubectl delete --grace-period=4 while grace_period is 30s and the
-    controller never flips the endpoints (paused past the deadline):
+    controller never flips the endpoints (held until the end):
     everything must be over before the kubelet's SIGKILL."""
     _pod_behind_web(kube)
     report = tmp_path / "controller.jsonl"
-    with _supervise(kube, tmp_path, report) as sup:
-        timer = kube.plane.pause_controllers(8)
-        try:
-            deleted = time.monotonic()
-            kube.cluster.delete_pod("ctrl-0", grace=4)
-            sup.signal(signal.SIGTERM)
-            sup.wait(40)
-            finished = time.monotonic()
-        finally:
-            timer.cancel()
-            kube.plane.resume_controllers()
+    # Held for as long as the supervisor runs: the flip never comes.
+    with _supervise(kube, tmp_path, report) as sup, controllers_held(kube.plane, lambda: False, limit=45):
+        deleted = time.monotonic()
+        kube.cluster.delete_pod("ctrl-0", grace=4)
+        sup.signal(signal.SIGTERM)
+        sup.wait(40)
+        finished = time.monotonic()
     assert finished - deleted < 4.5, f"the supervisor outlived the pod's grace period\n{sup.output}"
     assert "deadline shortened" in sup.output
     assert "endpoint drain timed out" in sup.output, sup.output

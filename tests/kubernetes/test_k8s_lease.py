@@ -14,7 +14,12 @@ import pytest
 
 from supervisor import Deadline
 from tests.cluster import FaultProxy, Manager
-from tests.kubernetes.k8s_helpers import KubeTarget, harness
+from tests.kubernetes.k8s_helpers import (
+    KubeTarget,
+    controllers_held_until_the_plugin_looked,
+    harness,
+    wait_until_trying,
+)
 from tests.plugins._helpers import FakeProcess, LogRecords
 
 LEASE = "controller-leader"
@@ -49,18 +54,21 @@ async def test_released_like_client_go_and_the_standby_takes_over(
     leader = _manager(kube, managers, tmp_path, "ctrl-0")
     leader.wait_leading()
     standby = _manager(kube, managers, tmp_path, "ctrl-1")
-    time.sleep(RETRY * 3)
-    assert not standby.leading, "the standby took a Lease that is held and valid"
+    wait_until_trying(tmp_path / "ctrl-1.log")
     leader.stop()  # the controller exits; ReleaseOnCancel is off, so the Lease stays held
     before = ns.read_lease(LEASE)
     assert before["spec"]["holderIdentity"] == leader.identity
     h = harness(kube, tmp_path, "ctrl-0", _lease_section())
+    releasing = time.time()
     with LogRecords.capture("kubernetes") as logs:
         await h.after_stop(Deadline(10))
     released_at = time.time()
+    # Still the exited leader's when the plugin read it: the standby, trying
+    # every retry period all along, never took the held Lease.
     assert any("released lease" in m and leader.identity in m for m in logs.messages), logs.messages
     # client-go retries every RetryPeriod plus up to 1.2 RetryPeriods of jitter; slack for a busy machine.
     acquired = standby.wait_leading(RETRY * 2.2 + 2.0)
+    assert acquired >= releasing, "the standby took the Lease before it was released"
     assert acquired - released_at < RETRY * 2.2 + 1.0, (acquired, released_at)
     final = ns.read_lease(LEASE)["spec"]
     assert final["holderIdentity"] == standby.identity
@@ -211,11 +219,11 @@ async def test_events_tell_the_story_in_kubectl_describe(kube: KubeTarget, tmp_p
     ns.wait_endpoints("web", [pod])
     ns.create_lease(LEASE, "web-0_77")
     h = harness(kube, tmp_path, "web-0", "events: true\nendpoint_drain: {propagation_delay: 0.2s}\n" + _lease_section())
-    kube.plane.pause_controllers(0.5)
-    ns.delete_pod("web-0")
     deadline = Deadline(30)
-    await h.shutdown_started(deadline)
-    await h.pre_stop(deadline)
+    with controllers_held_until_the_plugin_looked(kube.plane):
+        ns.delete_pod("web-0")
+        await h.shutdown_started(deadline)
+        await h.pre_stop(deadline)
     await h.after_stop(deadline)
     events = ns.list_events()
     reasons = [e["reason"] for e in events]
@@ -234,13 +242,15 @@ async def test_a_long_multibyte_note_is_cut_to_what_the_server_accepts(kube: Kub
     600 two-byte characters would be rejected whole (422)."""
     import logging as stdlib_logging
 
+    from supervisor_kubernetes._connection import Connector
     from supervisor_kubernetes._events import EventRecorder
 
     ns = kube.cluster
     ns.run_pod("web-0")
     h = harness(kube, tmp_path, "web-0", "events: true")
-    connection = await h.plugin._connect(h.ctx)
-    recorder = EventRecorder(connection.api, connection.pod_identity, stdlib_logging.getLogger("test"))
+    log = stdlib_logging.getLogger("test")
+    connection = await Connector().connect(h.ctx.settings, log)  # type: ignore[arg-type]
+    recorder = EventRecorder(connection.api, connection.pod, log)
     with LogRecords.capture("test") as logs:
         await recorder.record("DrainStarted", "é" * 600, action="Drain")
     assert logs.at(logging.WARNING) == [], logs.messages

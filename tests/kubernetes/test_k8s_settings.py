@@ -256,15 +256,15 @@ def test_note_is_cut_by_bytes_never_inside_a_character() -> None:
 async def test_deletion_timestamps_lost_fraction_is_won_back_from_the_grace_count() -> None:
     import datetime
 
-    from supervisor_kubernetes import _seconds_to_kill
+    from supervisor_kubernetes._pod import seconds_to_kill
 
     deadline = Deadline(60)
     now = datetime.datetime.now(datetime.UTC)
     # Deleted with grace 6 just now: the server decided now + 6 s and wrote
     # it truncated to the second, up to 1 s early.
     stamp = (now + datetime.timedelta(seconds=6)).replace(microsecond=0).isoformat()
-    left = _seconds_to_kill({"deletionTimestamp": stamp, "deletionGracePeriodSeconds": 6}, deadline)
+    left = seconds_to_kill({"deletionTimestamp": stamp, "deletionGracePeriodSeconds": 6}, deadline)
     assert left is not None and left > 5.9, left  # the grace count, not the truncated stamp
     # A grace count beyond the stamp's second (a SIGTERM that came late): the stamp wins.
-    late = _seconds_to_kill({"deletionTimestamp": stamp, "deletionGracePeriodSeconds": 9}, deadline)
+    late = seconds_to_kill({"deletionTimestamp": stamp, "deletionGracePeriodSeconds": 9}, deadline)
     assert late is not None and 5.0 < late <= 6.0, late

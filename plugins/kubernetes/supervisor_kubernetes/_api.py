@@ -40,7 +40,10 @@ Obj = dict[str, Any]
 _THREADS = 4
 # A call needs at least this much time to be worth starting.
 _MIN_CALL = 0.05
-_CALL_SLACK = 0.25
+# A call ends this much before the hook is cancelled (a tenth of what hooks
+# have left, at most this), so that one that runs out of time is reported
+# as a failed call rather than cut off unreported.
+_CALL_SLACK_MAX = 0.25
 # Objects per LIST page: the server hands out a continue token past this
 # many, so a namespace with thousands of slices costs several bounded
 # requests rather than one unbounded answer.
@@ -133,10 +136,7 @@ class KubeAPI:
         deadline leaves hooks."""
         seconds = self.request_timeout if limit is None else limit
         if deadline is not None:
-            # End a little before the hook is cancelled, so that a call that
-            # runs out of time is reported as a failed call.
-            left = deadline.remaining_for_hooks()
-            seconds = min(seconds, left - min(_CALL_SLACK, left * 0.1))
+            seconds = min(seconds, deadline.remaining_for_hooks() - deadline.slack(_CALL_SLACK_MAX))
         if seconds < _MIN_CALL:
             raise APIError("no time left before the shutdown deadline")
         return seconds

@@ -19,14 +19,15 @@ import trio
 
 from supervisor import Deadline
 
-from ._api import APIError, KubeAPI
+from ._api import APIError
+from ._connection import Connection
 from ._identity import PodIdentity
 from ._settings import DrainSettings
 
 __all__ = [
     "DrainResult",
+    "EndpointDrain",
     "SliceTracker",
-    "drain_endpoints",
     "endpoint_routes",
     "missing_services",
     "slice_selector",
@@ -191,46 +192,42 @@ class DrainResult:
     reason: str = ""
     waited: float = 0.0
 
+    def describe(self) -> str:
+        """The timeline's detail."""
+        if self.outcome == "nothing":
+            return "in no EndpointSlice"
+        if self.outcome == "fallback":
+            return self.reason
+        if self.outcome == "timeout":
+            return f"{self.slices} slices still routing"
+        return f"{self.slices} slices"
 
-async def drain_endpoints(
-    api: KubeAPI,
-    pod: PodIdentity,
-    settings: DrainSettings,
-    deadline: Deadline,
-    log: logging.Logger,
-    *,
-    until: float,
-) -> DrainResult:
-    """Watch until the pod is out of every slice or trio time ``until``.
+
+class EndpointDrain:
+    """One drain: the list, then watches until no slice routes to the pod or
+    trio time ``until``.
 
     API failures are not raised: they end the watch with outcome
     ``fallback`` and the caller waits the fixed delay instead.
     """
-    drainer = _Drainer(api, pod, settings, deadline, log, until=until)
-    return await drainer.run()
-
-
-class _Drainer:
-    """One drain: the list, then watches until no slice routes to the pod."""
 
     def __init__(
         self,
-        api: KubeAPI,
-        pod: PodIdentity,
+        connection: Connection,
         settings: DrainSettings,
         deadline: Deadline,
         log: logging.Logger,
         *,
         until: float,
     ) -> None:
-        self.api = api
-        self.pod = pod
+        self.api = connection.api
+        self.pod = connection.pod
         self.settings = settings
         self.deadline = deadline
         self.log = log
         self.until = until
         self.selector = slice_selector(settings.services, settings.managed_by)
-        self.tracker = SliceTracker(pod)
+        self.tracker = SliceTracker(connection.pod)
         self.progress = _Progress(log, settings.progress_interval, until)
         self.version = ""  # the resourceVersion to watch from
 

@@ -21,7 +21,7 @@ from supervisor import Deadline
 from ._api import APIError, KubeAPI, micro_now
 from ._settings import LeaseSettings
 
-__all__ = ["LeaseOutcome", "release_lease", "released"]
+__all__ = ["LeaseOutcome", "LeaseReleaser", "LeaseTarget", "released"]
 
 
 @dataclass(frozen=True)
@@ -58,50 +58,79 @@ def released(lease: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-async def release_lease(
-    api: KubeAPI,
-    *,
-    namespace: str,
-    name: str,
-    settings: LeaseSettings,
-    pod_name: str,
-    deadline: Deadline,
-    log: logging.Logger,
-    first_read: Mapping[str, Any] | None = None,
-) -> LeaseOutcome:
-    """Release one Lease if (and only while) this pod holds it."""
-    lease = first_read
-    for attempt in range(settings.retries + 1):
-        try:
+@dataclass(frozen=True)
+class LeaseTarget:
+    """One Lease to release; ``first_read`` is the object a list already
+    returned (its resourceVersion saves a read), if any."""
+
+    namespace: str
+    name: str
+    first_read: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LeaseReleaser:
+    """Releases Leases this pod (``pod_name``) holds, one call each."""
+
+    api: KubeAPI
+    settings: LeaseSettings
+    pod_name: str
+    deadline: Deadline
+    log: logging.Logger
+
+    async def release(self, target: LeaseTarget) -> LeaseOutcome:
+        """Release ``target`` if (and only while) this pod holds it: read,
+        decide, write; after a 409, read and decide again."""
+        lease = target.first_read
+        attempts = self.settings.retries + 1
+        for attempt in range(1, attempts + 1):
             if lease is None:
-                lease = await api.read_lease(namespace, name, deadline)
-        except APIError as exc:
-            if exc.status == 404:
-                return LeaseOutcome(namespace, name, "missing", detail=str(exc))
-            return LeaseOutcome(namespace, name, "error", detail=str(exc))
-        holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
-        if not holder:
-            return LeaseOutcome(namespace, name, "free")
-        if not settings.holds(holder, pod_name):
-            return LeaseOutcome(namespace, name, "other", holder=holder)
+                read = await self._read(target)
+                if isinstance(read, LeaseOutcome):
+                    return read
+                lease = read
+            outcome = self._not_ours(target, lease) or await self._write(target, lease, attempt)
+            if outcome is not None:
+                return outcome
+            lease = None  # a 409: someone wrote in between
+        return LeaseOutcome(
+            target.namespace, target.name, "conflict", detail=f"still conflicting after {attempts} attempts"
+        )
+
+    async def _read(self, target: LeaseTarget) -> Mapping[str, Any] | LeaseOutcome:
         try:
-            await api.replace_lease(namespace, name, released(lease), deadline)
+            return await self.api.read_lease(target.namespace, target.name, self.deadline)
+        except APIError as exc:
+            outcome = "missing" if exc.status == 404 else "error"
+            return LeaseOutcome(target.namespace, target.name, outcome, detail=str(exc))
+
+    def _not_ours(self, target: LeaseTarget, lease: Mapping[str, Any]) -> LeaseOutcome | None:
+        """The outcome if the Lease is not this pod's to release, else None."""
+        holder = _holder(lease)
+        if not holder:
+            return LeaseOutcome(target.namespace, target.name, "free")
+        if not self.settings.holds(holder, self.pod_name):
+            return LeaseOutcome(target.namespace, target.name, "other", holder=holder)
+        return None
+
+    async def _write(self, target: LeaseTarget, lease: Mapping[str, Any], attempt: int) -> LeaseOutcome | None:
+        """Write the release; None when a 409 says to read again."""
+        holder = _holder(lease)
+        try:
+            await self.api.replace_lease(target.namespace, target.name, released(lease), self.deadline)
         except APIError as exc:
             if exc.status != 409:
-                return LeaseOutcome(namespace, name, "error", holder=holder, detail=str(exc))
-            log.info(
+                return LeaseOutcome(target.namespace, target.name, "error", holder=holder, detail=str(exc))
+            self.log.info(
                 "lease %s/%s changed while releasing it (409 Conflict, attempt %d of %d): reading it again",
-                namespace,
-                name,
-                attempt + 1,
-                settings.retries + 1,
+                target.namespace,
+                target.name,
+                attempt,
+                self.settings.retries + 1,
             )
-            lease = None
-            continue
-        return LeaseOutcome(namespace, name, "released", holder=holder)
-    return LeaseOutcome(
-        namespace,
-        name,
-        "conflict",
-        detail=f"still conflicting after {settings.retries + 1} attempts",
-    )
+            return None
+        return LeaseOutcome(target.namespace, target.name, "released", holder=holder)
+
+
+def _holder(lease: Mapping[str, Any]) -> str:
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")

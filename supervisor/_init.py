@@ -41,7 +41,7 @@ import sys
 import time
 from typing import NoReturn
 
-from ._initpipe import SECOND_SIGNAL_SLICE, STATUS_SIGNAL, WALL_EXIT_CODE
+from ._initpipe import SECOND_SIGNAL_SLICE, STATUS_SIGNAL, WALL_EXIT_CODE, StopSignalTime
 from ._log import DEBUG, ERROR, INFO, WARNING, LogSettings, write
 from ._procstat import ProcStat, read_stat
 from ._status import ExitStatus
@@ -206,6 +206,7 @@ class InitLayer:
         # The wall: the earliest of what we know (all time.monotonic()).
         self.grace = self.options.grace
         self.stop_signal_at: float | None = None  # our own first SIGTERM/SIGINT
+        self.stop_signal_time = StopSignalTime.share()  # ...and the orchestrator's view of it
         self.reported_wall: float | None = None  # the orchestrator's deadline
         self.second_signal_wall: float | None = None
         self.phase = ""
@@ -312,8 +313,10 @@ class InitLayer:
         now = time.monotonic()
         wall = self.wall
         if wall is None:
-            # The grace period runs from now, whatever the orchestrator does.
+            # The grace period runs from now, whatever the orchestrator does;
+            # it reads this moment too when the signal reaches it.
             self.stop_signal_at = now
+            self.stop_signal_time.record(now)
             return
         # A second stop signal: the orchestrator gets a short slice to
         # escalate itself (it is told the same signal), then we do.

@@ -17,6 +17,10 @@ pipe, one line per fact, as it happens:
 ``phase TEXT``
     the shutdown timeline's current step, for the wall's log line.
 
+One fact goes the other way: when the init layer received the stop signal
+that started its wall (`StopSignalTime`), so that both processes count the
+grace period from the same moment.
+
 The pipe's read end raises ``STATUS_SIGNAL`` in the init layer on every
 write (``F_SETSIG``), so the init layer, which sleeps in ``sigtimedwait``,
 hears each line at once.  Stdlib only: both processes use it before trio.
@@ -25,6 +29,7 @@ hears each line at once.  Stdlib only: both processes use it before trio.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import signal
 import time
@@ -34,6 +39,7 @@ __all__ = [
     "STATUS_SIGNAL",
     "WALL_EXIT_CODE",
     "StatusPipe",
+    "StopSignalTime",
     "wall_margin",
 ]
 
@@ -52,18 +58,60 @@ SECOND_SIGNAL_SLICE = 1.0
 # 128 + SIGKILL, what the main process (killed with everything else) reports.
 WALL_EXIT_CODE = 128 + int(signal.SIGKILL)
 
-# The orchestrator escalates to SIGKILL this much before the wall, so that in
-# the ordinary case it finishes (kills, reaps, logs the timeline, exits: about
-# 5 ms on an idle machine) before PID 1 has to step in: 1 % of the grace
-# period, at most 50 ms — a stop_timeout-free process is killed that much
-# early, which keeps the escalation within 50 ms of the grace period.
-_MARGIN_FRACTION = 0.01
-_MARGIN_MAX = 0.05
+# The orchestrator escalates to SIGKILL this much before the wall, so that it
+# can finish on its own (kill, reap, log the timeline, exit) before PID 1 has
+# to step in: 5 % of the grace period, at most 250 ms.  On an idle machine
+# that takes about 5 ms, but on a loaded one the orchestrator waits for a
+# core between each of those steps: with 1 % (20 ms of a 2 s grace period)
+# the wall often came first at a load of 17 on 2 cores, and the user lost
+# the timeline.  The cost is that a process without a stop_timeout is
+# killed up to 250 ms before the grace period ends, which the kubelet's own
+# SIGKILL at the grace period would not have spared it anyway.
+_MARGIN_FRACTION = 0.05
+_MARGIN_MAX = 0.25
 
 
 def wall_margin(grace_period: float) -> float:
     """How long before the wall the orchestrator's own escalation comes."""
     return min(_MARGIN_MAX, grace_period * _MARGIN_FRACTION)
+
+
+class StopSignalTime:
+    """When the init layer received the first stop signal, on
+    ``time.monotonic()``: written by the init layer before it passes the
+    signal on, read by the orchestrator when the signal reaches it.
+
+    Both count the grace period from that one moment.  Counted from when the
+    forwarded signal reached the orchestrator instead, its escalation came
+    the forwarding delay later than the wall; on a loaded machine that delay
+    (the orchestrator waiting for a core) exceeded the margin, PID 1 killed
+    first and the timeline was lost.  A shared anonymous page, mapped before
+    the fork, needs neither process to read anything at the time, and
+    ``kill()`` orders the write before the orchestrator's read.
+    """
+
+    _shared: StopSignalTime | None = None
+
+    def __init__(self) -> None:
+        self._page = mmap.mmap(-1, 8)  # MAP_SHARED | MAP_ANONYMOUS: survives fork()
+
+    @classmethod
+    def share(cls) -> StopSignalTime:
+        """The init layer's, made before it forks the orchestrator, which
+        then finds the same page with `shared`."""
+        cls._shared = cls()
+        return cls._shared
+
+    @classmethod
+    def shared(cls) -> StopSignalTime | None:
+        return cls._shared
+
+    def record(self, monotonic: float) -> None:
+        self._page[:8] = round(monotonic * 1e9).to_bytes(8, "little")
+
+    def read(self) -> float | None:
+        nanoseconds = int.from_bytes(self._page[:8], "little")
+        return nanoseconds / 1e9 if nanoseconds else None
 
 
 class StatusPipe:
@@ -91,3 +139,10 @@ class StatusPipe:
 
     def phase(self, text: str) -> None:
         self.send(f"phase {text}")
+
+    def stop_signal_since(self) -> float:
+        """How long ago the init layer received the first stop signal; 0
+        when it has not (or there is no init layer: no pipe)."""
+        shared = StopSignalTime.shared()
+        received = shared.read() if self.fd is not None and shared is not None else None
+        return 0.0 if received is None else max(0.0, time.monotonic() - received)

@@ -248,7 +248,8 @@ class Orchestrator:
             self.request_shutdown(
                 f"received {signal_name(signo)}",
                 main_stop_signal=target if explicit else None,
-                since=since,
+                # From when PID 1 received it, where its wall starts too.
+                since=max(since, self.status.stop_signal_since()),
                 signo=signo,
             )
             return

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from supervisor._initpipe import wall_margin
+
 from .._bench import Bench
 from .._results import Figure, Row, Target, percentile
 from .._sandbox import ExitWatch, SandboxError
@@ -314,6 +316,9 @@ def escalation(bench: Bench) -> list[Row]:
     grace = 1.0 if bench.smoke else 2.0
     rounds = 1 if bench.smoke else 3
     watch = grace + 1.5  # how long to wait for a kill that may never come
+    # The supervisor escalates its margin before the grace period ends, so
+    # that it finishes before its own wall; that moment is the target.
+    escalates_at = round(grace - wall_margin(grace), 3)
 
     def once(subject: Subject) -> tuple[float | None, list[str]]:
         problems: list[str] = []
@@ -348,7 +353,7 @@ def escalation(bench: Bench) -> list[Row]:
             kills.append(killed_at)
         if not kills:
             return Figure(problems=problems)
-        worst = max(kills, key=lambda k: abs(k - grace))
+        worst = max(kills, key=lambda k: abs(k - escalates_at))
         return Figure(worst, "runs: " + ", ".join(f"{k:.3f}" for k in kills), problems)
 
     ours, anchors = each(bench, measure)
@@ -357,7 +362,7 @@ def escalation(bench: Bench) -> list[Row]:
             "escalation accuracy",
             f"child ignoring SIGTERM, {grace:g} s grace: SIGKILL at (worst of {rounds})",
             "s",
-            Target(f"{grace:g} s ± 50 ms", grace, 0.05),
+            Target(f"{escalates_at:g} s ± 50 ms", escalates_at, 0.05),
             ours,
             anchors,
         )

@@ -46,7 +46,7 @@ Start order
   2. metrics                 after web; ready when 127.0.0.1:9100 accepts connections (within 60s)
   background hooks           kubernetes
 
-Shutdown plan (grace period 15s; SIGKILL escalation at 14.95s; hooks end 1s before it)
+Shutdown plan (grace period 15s; SIGKILL escalation at 14.75s; hooks end 1s before it)
   shutdown_started           kubernetes                            [0s]
   pre_stop                   sleep, kubernetes                     [0s – D: until drained]
   1. stop worker             SIGTERM, up to 3s                     [D – D+3s]
@@ -72,7 +72,7 @@ Start order
   2. worker                  after web; restart on-failure (at most 5 in 60s)
   2. metrics                 after web; ready when 127.0.0.1:9100 accepts connections (within 60s)
 
-Shutdown plan (grace period 15s; SIGKILL escalation at 14.95s; hooks end 1s before it)
+Shutdown plan (grace period 15s; SIGKILL escalation at 14.75s; hooks end 1s before it)
   1. stop worker             SIGTERM, up to 3s                     [0s – 3s]
   1. stop metrics            SIGTERM, up to 3s                     [0s – 3s]
   2. stop web                SIGINT, up to 5s                      [3s – 8s]
@@ -87,7 +87,7 @@ Configuration {path} is valid.
 Start order
   1. app (main)
 
-Shutdown plan (grace period 30s; SIGKILL escalation at 29.95s; hooks end 1s before it)
+Shutdown plan (grace period 30s; SIGKILL escalation at 29.75s; hooks end 1s before it)
   1. stop app                SIGTERM, until the deadline           [0s – 30s]
   post_stop                  -
   wall                       PID 1 kills what is left (exit 137)   [30s]
@@ -176,7 +176,7 @@ def test_plan_for_a_hand_made_config() -> None:
         grace_period=2.0,
     )
     plan = render_plan(config, {})
-    assert "grace period 2s; SIGKILL escalation at 1.98s; hooks end 200ms before it" in plan
+    assert "grace period 2s; SIGKILL escalation at 1.9s; hooks end 200ms before it" in plan
     assert "  1. stop app                SIGTERM, up to 500ms                  [0s – 500ms]" in plan
 
 

@@ -74,6 +74,6 @@ def test_options_after_the_command_are_the_commands() -> None:
 
 
 def test_the_margin_is_small_and_bounded() -> None:
-    assert wall_margin(2.0) == pytest.approx(0.02)
-    assert wall_margin(300.0) == pytest.approx(0.05)
+    assert wall_margin(2.0) == pytest.approx(0.1)
+    assert wall_margin(300.0) == pytest.approx(0.25)
     assert wall_margin(0.0) == 0.0

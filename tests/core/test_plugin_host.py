@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from supervisor._initpipe import wall_margin
 from tests.pid1 import Supervisor, run
+
+# Where a hook of a 10 s shutdown is cut: the orchestrator's escalation
+# (the grace period less its margin before the wall) less the 1 s reserve.
+HOOKS_END_OF_10S = 10.0 - wall_margin(10.0) - 1.0
 
 PLUGINS = {
     "recorder": """
@@ -288,14 +293,14 @@ def test_wind_down_is_cut_by_the_deadline(plugin_path: Path, tmp_path: Path) -> 
     assert status == 0, sup.output
     step = next(s for s in _timeline(sup) if s["phase"] == "wind_down")
     assert step["outcome"] == "timeout"
-    # Cut at the escalation moment (10 s less a 50 ms margin) less the 1 s
+    # Cut at the escalation moment (10 s less the margin) less the 1 s
     # reserve, and not before.  No upper bound on a wall clock: a busy
     # machine may resume the orchestrator late.  A hook that was not cut
     # would run into the wall, where PID 1 kills the orchestrator and no
     # timeline is logged; the exact moment is test_dispatch.py's, on a mock
     # clock.
     (end,) = _ends([step])
-    assert end >= 8.95 - 0.01
+    assert end >= HOOKS_END_OF_10S - 0.01
 
 
 def test_hook_timeout_does_not_cut_the_background_task(plugin_path: Path, tmp_path: Path) -> None:
@@ -326,13 +331,13 @@ def test_hook_overrunning_the_budget_is_cut_so_escalation_still_happens(plugin_p
     hook = next(s for s in timeline if s["phase"] == "pre_stop")
     stop = next(s for s in timeline if s["phase"] == "stop")
     # The hook, which would hang for ever, gave way at the deadline less its
-    # reserve (10 s less the 50 ms margin less 1 s), not before; then the
+    # reserve (10 s less the margin less 1 s), not before; then the
     # stop ran, waited its stop_timeout and killed.  Without the cut the
     # stop would never have come before the wall, and PID 1 would have
     # killed the orchestrator, timeline unwritten.
     assert hook["outcome"] == "timeout"
     (hook_end,) = _ends([hook])
-    assert 8.95 - 0.01 <= hook_end <= float(stop["start"])  # type: ignore[arg-type]
+    assert HOOKS_END_OF_10S - 0.01 <= hook_end <= float(stop["start"])  # type: ignore[arg-type]
     assert (stop["name"], stop["outcome"]) == ("stubborn", "killed")
     assert float(stop["duration"]) >= 0.3 - 0.01  # type: ignore[arg-type]
 

@@ -232,9 +232,10 @@ def test_a_child_ignoring_sigterm_is_killed_by_the_supervisor_before_podman(
     # 5 s: it lived on to log the escalation, its timeline and its exit.
     assert container.exit_code() == 128 + 9, logs
     assert re.search(r"escalating: SIGKILL to \S+ \(pid \d+\) after the shutdown deadline", logs), logs
-    assert 1.9 < _shutdown_seconds(logs) < 3.5, logs
+    # It escalates its margin (5 %: 0.1 s) before the 2 s grace period ends.
+    assert 1.8 < _shutdown_seconds(logs) < 3.5, logs
     assert _first(logs, r"exiting with status 137") > _first(logs, r"escalating: SIGKILL")
-    assert took > 1.9, f"podman stop returned after {took:.1f}s, before the grace period:\n{logs}"
+    assert took > 1.8, f"podman stop returned after {took:.1f}s, before the grace period:\n{logs}"
 
 
 def test_orphans_inside_the_container_leave_no_zombie(image: BuiltImage, containers: Containers) -> None:

@@ -24,8 +24,12 @@ _EXPORTS = {
     "SKIP": ".hookspec",
     "PHASES": ".phases",
     "PROCESS_PHASES": ".phases",
+    "PhaseEntry": ".phases",
     "PhasePlugin": ".phases",
+    "entries_for": ".phases",
+    "read_entries": ".phases",
     "read_phase": ".phases",
+    "run_each": ".phases",
     "Context": "._context",
     "ProcessInfo": "._context",
     "ProcessState": ".runtime.state",
@@ -66,8 +70,12 @@ if TYPE_CHECKING:
     from .hookspec import hookimpl as hookimpl
     from .phases import PHASES as PHASES
     from .phases import PROCESS_PHASES as PROCESS_PHASES
+    from .phases import PhaseEntry as PhaseEntry
     from .phases import PhasePlugin as PhasePlugin
+    from .phases import entries_for as entries_for
+    from .phases import read_entries as read_entries
     from .phases import read_phase as read_phase
+    from .phases import run_each as run_each
     from .runtime.state import ProcessState as ProcessState
 
 __all__ = ["__version__"]

@@ -2,9 +2,11 @@
 
 Such a plugin lets users attach things (commands, requests) to any phase,
 each entry with a ``phase:`` and, for the per-process phases, a ``process:``.
-``read_phase`` validates those two keys the same way for every plugin, and
-``PhasePlugin`` implements every phase hook by calling one ``run``
-function, so a plugin of this kind is its settings parser and its runner::
+``read_entries`` reads the list of entries and ``read_phase`` validates
+those two keys the same way for every plugin; ``entries_for`` picks a
+phase's entries and ``run_each`` runs them concurrently under the deadline;
+``PhasePlugin`` implements every phase hook by calling one ``run`` function.
+So a plugin of this kind is its entry parser and its runner::
 
     plugin = PhasePlugin(configure=parse, run=run_phase, doc=__doc__)
 
@@ -13,7 +15,10 @@ with ``[project.entry-points."supervisor.plugins"] exec = "supervisor_exec:plugi
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
+
+import trio
 
 from ._context import Context, ProcessInfo
 from ._deadline import Deadline
@@ -21,7 +26,16 @@ from ._status import ExitStatus
 from .config import Config, Settings
 from .hookspec import SKIP, hookimpl
 
-__all__ = ["PHASES", "PROCESS_PHASES", "PhasePlugin", "read_phase"]
+__all__ = [
+    "PHASES",
+    "PROCESS_PHASES",
+    "PhaseEntry",
+    "PhasePlugin",
+    "entries_for",
+    "read_entries",
+    "read_phase",
+    "run_each",
+]
 
 # In the order a run goes through them; ``wind_down`` runs beside
 # ``pre_stop`` (and goes on when the main process exits), so it comes next.
@@ -40,6 +54,73 @@ RunPhase = Callable[[Context, str, Deadline | None, ProcessInfo | None, ExitStat
 """``run(ctx, phase, deadline, process, status)``: run what is configured
 for the phase (and process); return something true if there was anything
 (the list of results, say)."""
+
+
+class PhaseEntry(Protocol):
+    """What ``entries_for`` needs of an entry: its phase, and its process for
+    the per-process phases (None elsewhere), as ``read_phase`` returns them."""
+
+    @property
+    def phase(self) -> str: ...
+
+    @property
+    def process(self) -> str | None: ...
+
+
+Entry = TypeVar("Entry", bound=PhaseEntry)
+Outcome = TypeVar("Outcome")
+
+
+def read_entries(
+    settings: Settings, config: Config, key: str, what: str, parse: Callable[[Settings, Config], Entry | None]
+) -> tuple[Entry, ...]:
+    """Read the required list ``key`` of a plugin's section, each item with
+    ``parse(entry, config)``, which records its problems on ``entry`` and
+    returns None for an entry it cannot use.  ``what`` explains the key in
+    the message when it is missing ("a list of commands to run")."""
+    settings.check_keys([key])
+    if key not in settings:
+        settings.error(None, f"missing required key {key!r} ({what})")
+    parsed = (parse(entry, config) for entry in settings.sections(key))
+    return tuple(entry for entry in parsed if entry is not None)
+
+
+def entries_for(entries: Iterable[Entry], phase: str, process: ProcessInfo | None = None) -> list[Entry]:
+    """The entries of ``phase`` (and, for per-process phases, of ``process``), in order."""
+    name = process.name if process is not None else None
+    return [entry for entry in entries if entry.phase == phase and entry.process == name]
+
+
+async def run_each(
+    entries: Sequence[Entry],
+    run: Callable[[Entry, trio.Nursery], Awaitable[Outcome]],
+    deadline: Deadline | None,
+) -> list[Outcome]:
+    """Run ``run(entry, nursery)`` for every entry concurrently; return the
+    outcomes in the entries' order, without those of runs the deadline
+    cancelled.
+
+    ``nursery`` is the one the runs are in, for helpers a run starts (a
+    command's output pumps), which then end with the runs.  The deadline's
+    scope is entered here although the host runs hooks under it as well: a
+    plugin must not depend on its caller to stay inside the budget.
+    """
+    outcomes: list[tuple[Outcome] | None] = [None] * len(entries)
+
+    async def run_one(index: int, entry: Entry, nursery: trio.Nursery) -> None:
+        outcomes[index] = (await run(entry, nursery),)
+
+    async def run_all() -> None:
+        async with trio.open_nursery() as nursery:
+            for index, entry in enumerate(entries):
+                nursery.start_soon(run_one, index, entry, nursery)
+
+    if deadline is None:
+        await run_all()
+    else:
+        with deadline.scope():
+            await run_all()
+    return [outcome[0] for outcome in outcomes if outcome is not None]
 
 
 def read_phase(entry: Settings, config: Config, *, noun: str = "entries") -> tuple[str | None, str | None]:

@@ -57,3 +57,32 @@ def test_read_phase_takes_wind_down_without_a_process() -> None:
         "plugins.acts.entries[0].process: only before_process_stop and after_process_stop entries belong to a "
         "process, not wind_down"
     ]
+
+
+async def test_run_each_runs_concurrently_keeps_order_and_drops_what_the_deadline_cut(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from dataclasses import dataclass
+
+    from supervisor import entries_for, run_each
+
+    @dataclass(frozen=True)
+    class Entry:
+        phase: str
+        seconds: float
+        process: str | None = None
+
+    entries = [Entry("pre_stop", 3.0), Entry("post_stop", 1.0), Entry("pre_stop", 60.0), Entry("pre_stop", 1.0)]
+    chosen = entries_for(entries, "pre_stop")
+    assert [entry.seconds for entry in chosen] == [3.0, 60.0, 1.0]
+
+    async def run(entry: Entry, nursery: trio.Nursery) -> float:
+        await trio.sleep(entry.seconds)
+        return entry.seconds
+
+    started = trio.current_time()
+    deadline = Deadline(10.0)  # hooks end at 9 s: the 60 s entry is cut there
+    outcomes = await run_each(chosen, run, deadline)
+    assert outcomes == [3.0, 1.0]  # the entries' order, not the order they ended in
+    assert trio.current_time() - started == 9.0  # concurrently: the cut, not 3 + 9 + 1
+

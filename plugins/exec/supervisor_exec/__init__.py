@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import trio
 
-from supervisor import Context, Deadline, ExitStatus, PhasePlugin, ProcessInfo
+from supervisor import Context, Deadline, ExitStatus, PhasePlugin, ProcessInfo, entries_for, run_each
 
 from ._run import Result, Runner
 from ._spec import PHASES, Command, ExecSettings, parse
@@ -70,7 +70,6 @@ async def run_phase(
     settings = ctx.settings
     if not isinstance(settings, ExecSettings):
         raise TypeError(f"unexpected settings for the exec plugin: {settings!r}")
-    commands = settings.select(phase, process.name if process else None)
     env = {"SUPERVISOR_PHASE": phase}
     if process is not None:
         env["SUPERVISOR_PROCESS"] = process.name
@@ -78,25 +77,11 @@ async def run_phase(
         env["SUPERVISOR_EXIT_CODE"] = str(status.exit_code)
     if deadline is not None:
         env["SUPERVISOR_TIME_LEFT"] = f"{deadline.remaining_for_hooks():.3f}"
-    results: list[Result | None] = [None] * len(commands)
 
-    async def run_one(index: int, command: Command, runner: Runner) -> None:
-        results[index] = await runner.run(command)
+    async def run(command: Command, nursery: trio.Nursery) -> Result:
+        return await Runner(ctx, env, deadline, output=nursery).run(command)
 
-    async def run_all() -> None:
-        async with trio.open_nursery() as nursery:
-            runner = Runner(ctx, env, deadline, output=nursery)
-            for index, command in enumerate(commands):
-                nursery.start_soon(run_one, index, command, runner)
-
-    if deadline is None:
-        await run_all()
-    else:
-        # The host runs hooks under the deadline too; the plugin must not
-        # depend on it to stay inside the budget.
-        with deadline.scope():
-            await run_all()
-    return [r for r in results if r is not None]
+    return await run_each(entries_for(settings.commands, phase, process), run, deadline)
 
 
 plugin = PhasePlugin(configure=parse, run=run_phase, doc=__doc__)

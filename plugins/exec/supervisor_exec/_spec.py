@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from supervisor import PHASES, PROCESS_PHASES, Config, Settings, read_phase
+from supervisor import PHASES, PROCESS_PHASES, Config, Settings, read_entries, read_phase
 
 __all__ = ["PHASES", "PROCESS_PHASES", "Command", "ExecSettings", "parse"]
 
@@ -37,22 +37,10 @@ class Command:
 class ExecSettings:
     commands: tuple[Command, ...]
 
-    def select(self, phase: str, process: str | None = None) -> list[Command]:
-        """The commands of ``phase`` (and, for per-process phases, of ``process``)."""
-        return [c for c in self.commands if c.phase == phase and c.process == process]
-
 
 def parse(settings: Settings, config: Config) -> ExecSettings:
     """Read ``plugins.exec``; every problem is recorded on ``settings``."""
-    settings.check_keys(["commands"])
-    if "commands" not in settings:
-        settings.error(None, "missing required key 'commands' (a list of commands to run)")
-    commands = []
-    for entry in settings.sections("commands"):
-        command = _parse_command(entry, config)
-        if command is not None:
-            commands.append(command)
-    return ExecSettings(tuple(commands))
+    return ExecSettings(read_entries(settings, config, "commands", "a list of commands to run", _parse_command))
 
 
 def _parse_command(entry: Settings, config: Config) -> Command | None:

@@ -48,11 +48,9 @@ Settings of each request:
 
 from __future__ import annotations
 
-from functools import partial
-
 import trio
 
-from supervisor import Context, Deadline, ExitStatus, PhasePlugin, ProcessInfo
+from supervisor import Context, Deadline, ExitStatus, PhasePlugin, ProcessInfo, entries_for, run_each
 
 from ._request import Result, perform
 from ._spec import PHASES, Expect, HttpSettings, Request, parse
@@ -82,23 +80,11 @@ async def run_phase(
     settings = ctx.settings
     if not isinstance(settings, HttpSettings):
         raise TypeError(f"unexpected settings for the http plugin: {settings!r}")
-    requests = settings.select(phase, process.name if process else None)
-    results: list[Result | None] = [None] * len(requests)
 
-    async def run_one(index: int, request: Request) -> None:
-        results[index] = await perform(request, ctx, deadline)
+    async def run(request: Request, _nursery: trio.Nursery) -> Result:
+        return await perform(request, ctx, deadline)
 
-    async def run_all() -> None:
-        async with trio.open_nursery() as nursery:
-            for index, request in enumerate(requests):
-                nursery.start_soon(partial(run_one, index, request))
-
-    if deadline is None:
-        await run_all()
-    else:
-        with deadline.scope():
-            await run_all()
-    return [r for r in results if r is not None]
+    return await run_each(entries_for(settings.requests, phase, process), run, deadline)
 
 
 plugin = PhasePlugin(configure=parse, run=run_phase, doc=__doc__)

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from supervisor import PHASES, PROCESS_PHASES, Config, HttpRequest, Settings, read_phase
+from supervisor import PHASES, PROCESS_PHASES, Config, HttpRequest, Settings, read_entries, read_phase
 
 __all__ = ["PHASES", "PROCESS_PHASES", "Expect", "HttpSettings", "Request", "parse"]
 
@@ -65,22 +65,10 @@ class Request:
 class HttpSettings:
     requests: tuple[Request, ...]
 
-    def select(self, phase: str, process: str | None = None) -> list[Request]:
-        """The requests of ``phase`` (and, for per-process phases, of ``process``)."""
-        return [r for r in self.requests if r.phase == phase and r.process == process]
-
 
 def parse(settings: Settings, config: Config) -> HttpSettings:
     """Read ``plugins.http``; every problem is recorded on ``settings``."""
-    settings.check_keys(["requests"])
-    if "requests" not in settings:
-        settings.error(None, "missing required key 'requests' (a list of requests to make)")
-    requests = []
-    for entry in settings.sections("requests"):
-        request = _parse_request(entry, config)
-        if request is not None:
-            requests.append(request)
-    return HttpSettings(tuple(requests))
+    return HttpSettings(read_entries(settings, config, "requests", "a list of requests to make", _parse_request))
 
 
 def _parse_request(entry: Settings, config: Config) -> Request | None:

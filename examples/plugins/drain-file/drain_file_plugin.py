@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import trio
 
-from supervisor import Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
+from supervisor import SKIP, Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
 
 __all__ = ["DrainFile"]
 
@@ -65,15 +65,22 @@ def _settings(ctx: Context) -> DrainFile:
     return ctx.settings
 
 
+# A hook with nothing to do returns SKIP, so that it stays out of the
+# shutdown timeline: per-process hooks are called for every process, and the
+# timeline would otherwise fill with rows that did nothing.
+
+
 @hookimpl
-async def supervisor_startup(ctx: Context) -> None:
+async def supervisor_startup(ctx: Context) -> object:
     # A container restarted in the same pod keeps its emptyDir volumes; a
     # stale marker would keep the new instance out of the Service for good.
     settings = _settings(ctx)
     marker = trio.Path(settings.path)
-    if await marker.exists():
-        ctx.log.info("removing a stale drain marker %s", settings.path)
-        await marker.unlink(missing_ok=True)
+    if not await marker.exists():
+        return SKIP
+    ctx.log.info("removing a stale drain marker %s", settings.path)
+    await marker.unlink(missing_ok=True)
+    return None
 
 
 @hookimpl
@@ -95,20 +102,23 @@ async def supervisor_pre_stop(ctx: Context, deadline: Deadline) -> None:
 @hookimpl
 async def supervisor_after_process_stop(
     ctx: Context, deadline: Deadline, process: ProcessInfo, status: ExitStatus
-) -> None:
-    if process.name == _settings(ctx).process:
-        await _remove(ctx)
+) -> object:
+    if process.name != _settings(ctx).process:
+        return SKIP
+    return await _remove(ctx)
 
 
 @hookimpl
-async def supervisor_post_stop(ctx: Context, deadline: Deadline) -> None:
+async def supervisor_post_stop(ctx: Context, deadline: Deadline) -> object:
     # The marker's process may have exited before the shutdown began, and
     # then nothing else removes it.
-    await _remove(ctx)
+    return await _remove(ctx)
 
 
-async def _remove(ctx: Context) -> None:
+async def _remove(ctx: Context) -> object:
     marker = trio.Path(_settings(ctx).path)
-    if await marker.exists():
-        await marker.unlink(missing_ok=True)
-        ctx.log.info("removed drain marker %s", marker)
+    if not await marker.exists():
+        return SKIP
+    await marker.unlink(missing_ok=True)
+    ctx.log.info("removed drain marker %s", marker)
+    return None

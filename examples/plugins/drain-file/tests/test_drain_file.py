@@ -27,7 +27,7 @@ from types import ModuleType
 import pytest
 import trio
 
-from supervisor import Config, Context, Deadline, ExitStatus, ProcessSpec, Settings, Timeline
+from supervisor import SKIP, Config, Context, Deadline, ExitStatus, ProcessSpec, Settings, Timeline
 
 PROJECT = Path(__file__).resolve().parents[1]
 SUPERVISOR = str(Path(sys.executable).parent / "supervisor")
@@ -175,8 +175,11 @@ async def test_the_marker_goes_once_its_process_stopped(plugin: ModuleType, tmp_
     marker.write_text("draining\n")
     ctx = _context(plugin.DrainFile(path=str(marker), process="web"))
     stopped = ExitStatus(code=0)
-    await plugin.supervisor_after_process_stop(ctx=ctx, deadline=Deadline(30), process=_Process("db"), status=stopped)
-    assert marker.exists()  # another process: not yet
+    other = await plugin.supervisor_after_process_stop(
+        ctx=ctx, deadline=Deadline(30), process=_Process("db"), status=stopped
+    )
+    assert marker.exists()  # another process: not yet,
+    assert other is SKIP  # and no row in the timeline for it
     await plugin.supervisor_after_process_stop(ctx=ctx, deadline=Deadline(30), process=_Process("web"), status=stopped)
     assert not marker.exists()
 
@@ -251,4 +254,6 @@ def test_a_real_shutdown_with_the_installed_plugin(site: Path, tmp_path: Path) -
     assert f"removed drain marker {marker}" in messages
     (timeline,) = [r["timeline"] for r in records if "timeline" in r]
     phases = [s["phase"] for s in timeline if s.get("plugin") == "drain-file"]
-    assert phases == ["pre_stop", "after_process_stop", "post_stop"]
+    # post_stop found the marker gone already: it did nothing, and says so by
+    # staying out of the timeline.
+    assert phases == ["pre_stop", "after_process_stop"]

@@ -60,7 +60,8 @@ def context(section: dict[str, object]) -> Context:
 
 
 def process(name: str) -> Any:
-    return FakeProcess(name, CONFIG.process(name))
+    (spec,) = [spec for spec in CONFIG.processes if spec.name == name]
+    return FakeProcess(name, spec)
 
 
 async def test_with_a_libvirtd_process_guests_go_right_before_it_stops(testconn: Any) -> None:

@@ -137,7 +137,6 @@ class Sandbox:
         log: Path,
         *,
         env: dict[str, str] | None = None,
-        cwd: Path | None = None,
         user_namespace: bool = True,
     ) -> None:
         self.log = log
@@ -150,7 +149,6 @@ class Sandbox:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})},
-                cwd=cwd,
             )
         self._pid1: int | None = None
         self._watch: ExitWatch | None = None

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TypedDict, Unpack, cast
 
 BIN = Path(sys.executable).parent
 SUPERVISOR = str(BIN / "supervisor") if (BIN / "supervisor").exists() else shutil.which("supervisor") or "supervisor"
@@ -27,22 +28,23 @@ UNSHARE = ["unshare", "-Urpf", "--mount-proc", "--kill-child"]
 UNSHARE_ROOT = ["unshare", "-pf", "--mount-proc", "--kill-child"]
 
 
+class Launch(TypedDict, total=False):
+    """How a ``Supervisor`` is started, besides its arguments."""
+
+    pid1: bool  # PID 1 of a new PID namespace (default), or a plain child of the test
+    user_namespace: bool  # default True; False: real root inside, for tests that change users
+    env: dict[str, str] | None  # added to the test's environment
+    stdin: int | None  # default /dev/null
+    cwd: str | Path | None
+    pass_fds: Sequence[int]
+
+
 class Supervisor:
     """A running supervisor; stdout and stderr are collected in the background."""
 
-    def __init__(
-        self,
-        args: Sequence[str],
-        *,
-        pid1: bool = True,
-        env: dict[str, str] | None = None,
-        stdin: int | None = subprocess.DEVNULL,
-        cwd: str | Path | None = None,
-        pass_fds: Sequence[int] = (),
-        user_namespace: bool = True,
-    ) -> None:
-        unshare = UNSHARE if user_namespace else UNSHARE_ROOT
-        env = dict(env or {})
+    def __init__(self, args: Sequence[str], **launch: Unpack[Launch]) -> None:
+        unshare = UNSHARE if launch.get("user_namespace", True) else UNSHARE_ROOT
+        env = dict(launch.get("env") or {})
         # Each supervisor gets its own control socket: tests run in parallel,
         # and /run/supervisor/ is shared by every PID namespace on the host.
         self._socket_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -50,18 +52,18 @@ class Supervisor:
             self._socket_dir = tempfile.TemporaryDirectory(prefix="sup-sock-")
             env["SUPERVISOR_SOCKET"] = os.path.join(self._socket_dir.name, "control.sock")
         self.socket = env["SUPERVISOR_SOCKET"]
-        argv = [*unshare, SUPERVISOR, *args] if pid1 else [SUPERVISOR, *args]
-        self.pid1 = pid1
+        self.pid1 = launch.get("pid1", True)
+        argv = [*unshare, SUPERVISOR, *args] if self.pid1 else [SUPERVISOR, *args]
         self._pid: int | None = None
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             argv,
-            stdin=stdin,
+            stdin=launch.get("stdin", subprocess.DEVNULL),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env={**os.environ, **env},
-            cwd=cwd,
-            pass_fds=pass_fds,
+            cwd=launch.get("cwd"),
+            pass_fds=launch.get("pass_fds", ()),
         )
         self.stdout_lines: list[str] = []
         self.stderr_lines: list[str] = []
@@ -121,22 +123,23 @@ class Supervisor:
             self._socket_dir.cleanup()
             self._socket_dir = None
 
-    def wait_for(self, pattern: str, timeout: float = 15, stream: str = "stderr") -> re.Match[str]:
-        """Block until a line matching ``pattern`` appears."""
+    def wait_for(self, pattern: str, timeout: float = 15, stream: str = "stderr", count: int = 1) -> re.Match[str]:
+        """Block until the ``count``-th line matching ``pattern`` appears; return its match."""
         regex = re.compile(pattern)
         lines = self.stderr_lines if stream == "stderr" else self.stdout_lines
         end = time.monotonic() + timeout
-        seen = 0
+        seen = found = 0
         with self._changed:
             while True:
                 for line in lines[seen:]:
                     match = regex.search(line)
-                    if match:
+                    found += match is not None
+                    if match and found == count:
                         return match
                 seen = len(lines)
                 left = end - time.monotonic()
                 if left <= 0 or (self.proc.poll() is not None and not any(r.is_alive() for r in self._readers)):
-                    raise AssertionError(f"no line matching {pattern!r} within {timeout}s\n{self.output}")
+                    raise AssertionError(f"no line matching {pattern!r} (#{count}) within {timeout}s\n{self.output}")
                 self._changed.wait(min(left, 0.2))
 
     @property
@@ -150,6 +153,14 @@ class Supervisor:
                 records.append(json.loads(line))
         return records
 
+    def timeline(self) -> list[dict[str, Any]]:
+        """The shutdown timeline's steps, from the JSON log (``--log-format
+        json``); AssertionError if the supervisor logged none."""
+        for record in self.json_records():
+            if "timeline" in record:
+                return cast(list[dict[str, Any]], record["timeline"])
+        raise AssertionError(f"no shutdown timeline in the log\n{self.output}")
+
     def __enter__(self) -> Supervisor:
         return self
 
@@ -157,9 +168,9 @@ class Supervisor:
         self.kill()
 
 
-def run(args: Sequence[str], *, timeout: float = 30, **kwargs: object) -> tuple[int, Supervisor]:
+def run(args: Sequence[str], *, timeout: float = 30, **launch: Unpack[Launch]) -> tuple[int, Supervisor]:
     """Run to completion; returns the exit status and the finished Supervisor."""
-    sup = Supervisor(args, **kwargs)  # type: ignore[arg-type]
+    sup = Supervisor(args, **launch)
     return sup.wait(timeout), sup
 
 
@@ -170,6 +181,13 @@ def wait_until(predicate: object, timeout: float = 10, interval: float = 0.01) -
             return
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def shell_wait(condition: str, seconds: int = 20) -> str:
+    """A shell loop for a supervised ``sh -c`` that waits until the shell
+    test ``condition`` holds (a file another process or the test writes),
+    bounded to about ``seconds``: children wait on events, not on sleeps."""
+    return f"i=0; until {condition} || [ $i -ge {seconds * 50} ]; do sleep 0.02; i=$((i+1)); done"
 
 
 def pid_alive(pid: int) -> bool:

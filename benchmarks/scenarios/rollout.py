@@ -86,7 +86,7 @@ def rolling_update(bench: Bench) -> list[Row]:
     reason = _unavailable()
     if reason:
         return [Row(SCENARIO, names[k], units[k], targets[k], Figure(note=reason)) for k in names]
-    from tests.node import CONFIGS, RolloutResult, run_rollout
+    from tests.node import CONFIGS, Rollout, RolloutResult, run_rollout
 
     results: dict[str, RolloutResult | str] = {}
     try:
@@ -98,7 +98,10 @@ def rolling_update(bench: Bench) -> list[Row]:
                 bench.say(f"  {CONFIGS[key].title}")
                 try:
                     result = run_rollout(
-                        node, api, CONFIGS[key], replicas=replicas, rate=RATE, propagation_delay=PROPAGATION_DELAY
+                        node,
+                        api,
+                        CONFIGS[key],
+                        Rollout(replicas=replicas, rate=RATE, propagation_delay=PROPAGATION_DELAY),
                     )
                 except Exception as exc:  # one configuration's failure must not lose the others
                     results[key] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"

@@ -12,7 +12,7 @@ manager workload.  ``python -m tests.cluster`` starts a cluster by hand.
 
 from ._controlplane import BUILD_SCRIPT, ControlPlane, ControlPlaneError, binaries
 from ._namespace import Namespace, SliceWatch, micro_time
-from .crmanager import Manager, manager_command, read_report
+from .crmanager import Manager, ManagerFlags, manager_command, read_report
 from .faultproxy import FaultProxy, Rule
 from .kubelet import NODE_NAME, Kubelet
 
@@ -24,6 +24,7 @@ __all__ = [
     "FaultProxy",
     "Kubelet",
     "Manager",
+    "ManagerFlags",
     "Namespace",
     "Rule",
     "SliceWatch",

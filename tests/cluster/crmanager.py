@@ -18,12 +18,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Required, TypedDict, Unpack
 
 if TYPE_CHECKING:
     from ._controlplane import ControlPlane
 
-__all__ = ["Manager", "manager_command", "read_report"]
+__all__ = ["Manager", "ManagerFlags", "manager_command", "read_report"]
 
 
 def read_report(path: Path) -> dict[str, float]:
@@ -39,26 +39,30 @@ def read_report(path: Path) -> dict[str, float]:
     return events
 
 
-def manager_command(
-    plane: ControlPlane,
-    namespace: str,
-    *,
-    lease: str,
-    identity: str | None = None,
-    release_on_cancel: bool = False,
-    retry_period: float | None = None,
-    kubeconfig: Path | None = None,
-    report: Path | None = None,
-) -> list[str]:
+class ManagerFlags(TypedDict, total=False):
+    """The crmanager's flags beyond its namespace: the Lease it elects
+    itself with (required), and what a test or a benchmark varies."""
+
+    lease: Required[str]
+    identity: str | None  # default: $POD_NAME and a random suffix, as controller-runtime does
+    release_on_cancel: bool  # give the Lease up when stopped (LeaderElectionReleaseOnCancel)
+    retry_period: float | None  # seconds between the standby's tries
+    kubeconfig: Path | None  # default: $KUBECONFIG
+    report: Path | None  # a file the manager appends its events to
+
+
+def manager_command(plane: ControlPlane, namespace: str, **flags: Unpack[ManagerFlags]) -> list[str]:
     """The crmanager command line (for a supervisor's ``processes:`` too)."""
-    argv = [str(plane.bin_dir / "crmanager"), f"--namespace={namespace}", f"--lease={lease}"]
+    argv = [str(plane.bin_dir / "crmanager"), f"--namespace={namespace}", f"--lease={flags['lease']}"]
+    kubeconfig, report, identity = flags.get("kubeconfig"), flags.get("report"), flags.get("identity")
+    retry_period = flags.get("retry_period")
     if kubeconfig is not None:
         argv.append(f"--kubeconfig={kubeconfig}")
     if report is not None:
         argv.append(f"--report={report}")
     if identity:
         argv.append(f"--identity={identity}")
-    if release_on_cancel:
+    if flags.get("release_on_cancel"):
         argv.append("--release-on-cancel")
     if retry_period is not None:
         argv.append(f"--retry-period={retry_period}s")
@@ -66,7 +70,8 @@ def manager_command(
 
 
 class Manager:
-    """One replica, authenticated with the admin kubeconfig."""
+    """One replica, authenticated with the admin kubeconfig (as ``pod_name``;
+    its stderr goes to ``log``)."""
 
     def __init__(
         self,
@@ -74,14 +79,10 @@ class Manager:
         namespace: str,
         pod_name: str,
         *,
-        lease: str,
-        release_on_cancel: bool = False,
-        retry_period: float | None = None,
         log: Path | None = None,
+        **flags: Unpack[ManagerFlags],
     ) -> None:
-        self.argv = manager_command(
-            plane, namespace, lease=lease, release_on_cancel=release_on_cancel, retry_period=retry_period
-        )
+        self.argv = manager_command(plane, namespace, **flags)
         self.env = {**os.environ, "KUBECONFIG": str(plane.admin_kubeconfig), "POD_NAME": pod_name}
         self.log = log
         self.events: dict[str, float] = {}

@@ -24,9 +24,9 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
-__all__ = ["NODE_NAME", "Kubelet"]
+__all__ = ["NODE_NAME", "Kubelet", "PodFields"]
 
 NODE_NAME = "pid1-test-node"
 
@@ -78,30 +78,13 @@ class Kubelet:
         return _raw(self.core.replace_node_status(self.node, node, _preload_content=False))
 
     def run_pod(
-        self,
-        name: str,
-        *,
-        labels: Mapping[str, str] | None = None,
-        ips: Sequence[str] = (),
-        ready: bool = True,
-        grace: int = 30,
-        service_account: str | None = None,
-        spec: Mapping[str, Any] | None = None,
+        self, name: str, *, ips: Sequence[str] = (), ready: bool = True, **pod: Unpack[PodFields]
     ) -> dict[str, Any]:
-        """Create the Pod bound to this node and report it running (with
-        ``ips``; ``ready`` sets its Ready condition)."""
-        pod_spec: dict[str, Any] = {
-            "nodeName": self.node,
-            "terminationGracePeriodSeconds": grace,
-            "containers": [{"name": "main", "image": "registry.invalid/none:latest"}],
-            "automountServiceAccountToken": False,
-            **(spec or {}),
-        }
-        if service_account:
-            pod_spec["serviceAccountName"] = service_account
-        body = {"metadata": {"name": name, "labels": dict(labels or {})}, "spec": pod_spec}
-        pod = _raw(self.core.create_namespaced_pod(self.namespace, body, _preload_content=False))
-        return self.set_status(pod, ips=ips, ready=ready)
+        """Create the Pod (``pod``: its object's fields) bound to this node
+        and report it running with ``ips``; ``ready`` sets its Ready condition."""
+        body = _pod_body(name, self.node, **pod)
+        created = _raw(self.core.create_namespaced_pod(self.namespace, body, _preload_content=False))
+        return self.set_status(created, ips=ips, ready=ready)
 
     def set_status(self, pod: dict[str, Any], *, ips: Sequence[str], ready: bool) -> dict[str, Any]:
         """Write the Pod's status as a kubelet's status manager does."""
@@ -170,6 +153,30 @@ class Kubelet:
         )
         for pod in pods["items"]:
             self.finish_pod(pod["metadata"]["name"])
+
+
+class PodFields(TypedDict, total=False):
+    """What ``Kubelet.run_pod`` writes into the Pod object (its status is
+    the kubelet's own, from ``ips`` and ``ready``)."""
+
+    labels: Mapping[str, str] | None
+    grace: int  # terminationGracePeriodSeconds, default 30
+    service_account: str | None
+    spec: Mapping[str, Any] | None  # merged over the minimal spec
+
+
+def _pod_body(name: str, node: str, **pod: Unpack[PodFields]) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {
+        "nodeName": node,
+        "terminationGracePeriodSeconds": pod.get("grace", 30),
+        "containers": [{"name": "main", "image": "registry.invalid/none:latest"}],
+        "automountServiceAccountToken": False,
+        **(pod.get("spec") or {}),
+    }
+    service_account = pod.get("service_account")
+    if service_account:
+        pod_spec["serviceAccountName"] = service_account
+    return {"metadata": {"name": name, "labels": dict(pod.get("labels") or {})}, "spec": pod_spec}
 
 
 def _raw(response: Any) -> dict[str, Any]:

@@ -229,12 +229,21 @@ def test_a_child_ignoring_sigterm_is_killed_by_the_supervisor_before_podman(
 
     logs = container.logs()
     # The supervisor's own SIGKILL at its 2 s deadline, before podman's at
-    # 5 s: it lived on to log the escalation, its timeline and its exit.
+    # 5 s: it lived on to log the escalation and its timeline.
     assert container.exit_code() == 128 + 9, logs
     assert re.search(r"escalating: SIGKILL to \S+ \(pid \d+\) after the shutdown deadline", logs), logs
     # It escalates its margin (5 %: 0.1 s) before the 2 s grace period ends.
     assert 1.8 < _shutdown_seconds(logs) < 3.5, logs
-    assert _first(logs, r"exiting with status 137") > _first(logs, r"escalating: SIGKILL")
+    # Its last word: the orchestrator's exit, or -- when a busy machine kept
+    # it from exiting in the 0.1 s between its escalation and the 2 s wall
+    # -- PID 1's init layer, which ends the shutdown at the wall and says
+    # that only the orchestrator itself was left (the child had been killed).
+    escalated = _first(logs, r"escalating: SIGKILL")
+    last = _first(
+        logs,
+        r"exiting with status 137|grace period \(2s\) over: SIGKILL to 1 process\(es\) still running \(orchestrator\);",
+    )
+    assert last > escalated, logs
     assert took > 1.8, f"podman stop returned after {took:.1f}s, before the grace period:\n{logs}"
 
 

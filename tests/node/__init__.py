@@ -10,7 +10,7 @@ from ._netns import NetnsError, NodeNetwork, PodNetwork, in_netns
 from ._node import SERVICE_RANGE, Load, Node
 from ._pod import Container, PodError
 from ._relay import Relay
-from ._rollout import CONFIGS, Config, PodOutcome, RolloutResult, run_rollout
+from ._rollout import CONFIGS, Config, PodOutcome, Rollout, RolloutResult, run_rollout
 from ._rules import RulesWatch, routed_ips
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "PodOutcome",
     "PodRecord",
     "Relay",
+    "Rollout",
     "RolloutResult",
     "RulesWatch",
     "in_netns",

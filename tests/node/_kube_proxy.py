@@ -23,7 +23,8 @@ from typing import Any
 
 import yaml
 
-from ._netns import NodeNetwork, in_netns
+from ._netns import in_netns
+from ._site import NodeSite
 
 __all__ = ["KubeProxy", "KubeProxyError"]
 
@@ -36,17 +37,16 @@ class KubeProxyError(Exception):
 
 
 class KubeProxy:
-    def __init__(
-        self, binary: Path, api: Any, network: NodeNetwork, node_name: str, api_port: int, ca_file: Path, workdir: Path
-    ) -> None:
+    def __init__(self, binary: Path, site: NodeSite, api_port: int) -> None:
+        """``api_port``: the relay's port in the node's namespace."""
         self.binary = binary
-        self.api = api
-        self.network = network
-        self.node_name = node_name
+        self.api = site.api
+        self.network = site.network
+        self.node_name = site.name
         self.api_port = api_port
-        self.ca_file = ca_file
-        self.workdir = workdir
-        self.log = workdir / "kube-proxy.log"
+        self.ca_file = site.ca_file
+        self.workdir = site.workdir
+        self.log = site.workdir / "kube-proxy.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 120) -> None:

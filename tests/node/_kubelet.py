@@ -41,9 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._netns import NodeNetwork, PodNetwork, in_netns
+from ._netns import PodNetwork, in_netns
 from ._pod import Container, PodError
 from ._relay import Relay
+from ._site import NodeSite
 
 __all__ = ["Kubelet", "PodRecord"]
 
@@ -91,25 +92,18 @@ class Kubelet:
     """Run with ``with Kubelet(...) as kubelet:``; ``serve(namespace)``
     adds a namespace whose unscheduled pods it binds."""
 
-    def __init__(
-        self,
-        api: Any,  # kubernetes.client.ApiClient with admin rights
-        node_name: str,
-        network: NodeNetwork,
-        relay: Relay,
-        ca_file: Path,
-        workdir: Path,
-    ) -> None:
+    def __init__(self, site: NodeSite, relay: Relay) -> None:
+        """``relay``: how the pods' supervisors reach the API server."""
         from kubernetes import client
 
-        self.api = api
-        self.core: Any = client.CoreV1Api(api)
-        self.coordination: Any = client.CoordinationV1Api(api)
-        self.node_name = node_name
-        self.network = network
+        self.api = site.api
+        self.core: Any = client.CoreV1Api(site.api)
+        self.coordination: Any = client.CoordinationV1Api(site.api)
+        self.node_name = site.name
+        self.network = site.network
         self.relay = relay
-        self.ca_file = ca_file
-        self.workdir = workdir
+        self.ca_file = site.ca_file
+        self.workdir = site.workdir
         self.namespaces: set[str] = set()
         self.records: dict[str, PodRecord] = {}
         self._pods: dict[str, _Pod] = {}

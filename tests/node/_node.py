@@ -29,6 +29,7 @@ from ._kubelet import Kubelet
 from ._netns import NodeNetwork
 from ._relay import Relay
 from ._rules import RulesWatch
+from ._site import NodeSite
 
 __all__ = ["SERVICE_RANGE", "Load", "Node"]
 
@@ -108,9 +109,10 @@ class Node:
             relay = Relay(("127.0.0.1", api_port))
             stack.callback(relay.close)
             port = relay.listen(network.name)
-            kubelet = Kubelet(api, name, network, relay, ca_file, workdir)
+            site = NodeSite(api, name, network, ca_file, workdir)
+            kubelet = Kubelet(site, relay)
             stack.enter_context(kubelet)
-            proxy = KubeProxy(kube_proxy, api, network, name, port, ca_file, workdir)
+            proxy = KubeProxy(kube_proxy, site, port)
             stack.callback(proxy.close)
             proxy.start()
             node = cls(name, network, relay, proxy, kubelet, workdir)

@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._kubelet import PodRecord
 from ._node import Node
+from ._rules import RulesWatch
 
-__all__ = ["CONFIGS", "Config", "PodOutcome", "RolloutResult", "run_rollout"]
+__all__ = ["CONFIGS", "Config", "PodOutcome", "Rollout", "RolloutResult", "run_rollout"]
 
 HERE = Path(__file__).resolve().parent
 APP = HERE / "app.py"
@@ -222,92 +224,124 @@ class _Api:
         getattr(group, f"create_namespaced_{kind}")(namespace, body, _preload_content=False)
 
 
-def run_rollout(
-    node: Node,
-    api: Any,
-    config: Config,
-    *,
-    replicas: int,
-    rate: float,
-    grace: int = 30,
-    propagation_delay: float = 2.0,
-    warmup: float = 1.0,
-    tail: float = 1.0,
-    timeout: float = 180,
-) -> RolloutResult:
-    """One rollout of ``replicas`` pods under ``rate`` requests per second."""
-    result = RolloutResult(config)
+@dataclass(frozen=True)
+class Rollout:
+    """How one rollout is run: ``replicas`` pods under ``rate`` requests per
+    second; ``warmup`` seconds of traffic to the old pods before the rollout
+    and ``tail`` seconds after the last new pod is ready; everything within
+    ``timeout``."""
+
+    replicas: int
+    rate: float
+    grace: int = 30  # the pods' terminationGracePeriodSeconds
+    propagation_delay: float = 2.0  # the endpoint drain's, for ``drain`` configurations
+    warmup: float = 1.0
+    tail: float = 1.0
+    timeout: float = 180
+
+
+def run_rollout(node: Node, api: Any, config: Config, rollout: Rollout) -> RolloutResult:
+    """One rollout of the Deployment's pods, each stopped as ``config`` says."""
     kube = _Api(api)
     namespace = f"rollout-{config.name}-{uuid.uuid4().hex[:6]}"
     kube.core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
+    run = _Run(node, kube, namespace, config, rollout)
     try:
-        _run(node, kube, namespace, config, result, replicas, rate, grace, propagation_delay, warmup, tail, timeout)
+        run.run()
     finally:
         with contextlib.suppress(Exception):
             kube.apps.delete_namespaced_deployment("web", namespace, _preload_content=False)
-        node.kubelet.wait_gone([k for k in node.kubelet.records if k.startswith(f"{namespace}/")], timeout=grace + 30)
+        node.kubelet.wait_gone(
+            [k for k in node.kubelet.records if k.startswith(f"{namespace}/")], timeout=rollout.grace + 30
+        )
         with contextlib.suppress(Exception):
             kube.core.delete_namespace(namespace, _preload_content=False)
-    return result
+    return run.result
 
 
-def _run(
-    node: Node,
-    kube: _Api,
-    namespace: str,
-    config: Config,
-    result: RolloutResult,
-    replicas: int,
-    rate: float,
-    grace: int,
-    propagation_delay: float,
-    warmup: float,
-    tail: float,
-    timeout: float,
-) -> None:
-    node.kubelet.serve(namespace)
-    for kind, body in _namespace_objects(namespace):
-        kube.create(namespace, kind, body)
-    config_file = node.workdir / f"{namespace}.yaml"
-    config_file.write_text(supervisor_yaml(config, grace, propagation_delay))
-    kube.apps.create_namespaced_deployment(
-        namespace, deployment(config, replicas, grace, config_file), _preload_content=False
-    )
-    service = kube.core.read_namespaced_service("web", namespace)
-    cluster_ip = service.spec.cluster_ip
-    end = time.monotonic() + timeout
-    old = _wait_ready_pods(node, namespace, replicas, end)
-    with node.rules(f"{namespace}/web") as rules:
-        if not rules.wait_routed({node.kubelet.records[key].ip for key in old}, max(end - time.monotonic(), 1)):
-            raise RuntimeError(f"kube-proxy never routed {namespace}/web to its {replicas} pods: {rules.errors}")
-        load = node.load(f"http://{cluster_ip}/", rate=rate, count=int(rate * timeout), max_seconds=timeout)
-        load.started()
-        started = time.monotonic()
-        time.sleep(warmup)  # steady traffic to the old pods before the rollout
-        kube.apps.patch_namespaced_deployment(
-            "web", namespace, {"spec": {"template": {"metadata": {"annotations": {"rollout": "1"}}}}}
+@dataclass
+class _Run:
+    """One rollout in its own namespace, from the Deployment to the result."""
+
+    node: Node
+    kube: _Api
+    namespace: str
+    config: Config
+    rollout: Rollout
+    result: RolloutResult = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.result = RolloutResult(self.config)
+
+    def run(self) -> None:
+        end = time.monotonic() + self.rollout.timeout
+        cluster_ip = self._deploy()
+        old = _wait_ready_pods(self.node, self.namespace, self.rollout.replicas, end)
+        rules, report = self._roll(cluster_ip, old, end)
+        self._count(report["requests"])
+        for key in old:
+            self._judge(self.node.kubelet.records[key], rules)
+        self.result.problems += self.node.kubelet.errors
+
+    def _deploy(self) -> str:
+        """The namespace's objects and the Deployment; the Service's ClusterIP."""
+        rollout, namespace = self.rollout, self.namespace
+        self.node.kubelet.serve(namespace)
+        for kind, body in _namespace_objects(namespace):
+            self.kube.create(namespace, kind, body)
+        config_file = self.node.workdir / f"{namespace}.yaml"
+        config_file.write_text(supervisor_yaml(self.config, rollout.grace, rollout.propagation_delay))
+        self.kube.apps.create_namespaced_deployment(
+            namespace, deployment(self.config, rollout.replicas, rollout.grace, config_file), _preload_content=False
         )
-        gone = node.kubelet.wait_gone(old, max(end - time.monotonic(), 1))
-        if not gone:
-            result.problems.append(f"old pods still there after {timeout:g}s")
-        _wait_ready_pods(node, namespace, replicas, end, exclude=set(old))
-        time.sleep(tail)
-        load.stop()
-        report = load.result(timeout=30)
-        result.duration = time.monotonic() - started
-    requests = report["requests"]
-    result.sent = len(requests)
-    result.outcomes = dict(collections.Counter(str(r[2]) for r in requests))
-    result.failures = [r for r in requests if r[2] != "ok"][:20]
-    result.slow = sum(1 for r in requests if r[2] == "ok" and r[1] - r[0] >= 1e9)
-    for key in old:
-        record = node.kubelet.records[key]
+        service = self.kube.core.read_namespaced_service("web", namespace)
+        return str(service.spec.cluster_ip)
+
+    def _roll(self, cluster_ip: str, old: list[str], end: float) -> tuple[RulesWatch, dict[str, Any]]:
+        """The rollout under load, watching kube-proxy's rules throughout;
+        the rules seen and the load generator's report."""
+        node, rollout = self.node, self.rollout
+        with node.rules(f"{self.namespace}/web") as rules:
+            if not rules.wait_routed({node.kubelet.records[key].ip for key in old}, max(end - time.monotonic(), 1)):
+                raise RuntimeError(
+                    f"kube-proxy never routed {self.namespace}/web to its {rollout.replicas} pods: {rules.errors}"
+                )
+            load = node.load(
+                f"http://{cluster_ip}/",
+                rate=rollout.rate,
+                count=int(rollout.rate * rollout.timeout),
+                max_seconds=rollout.timeout,
+            )
+            load.started()
+            started = time.monotonic()
+            time.sleep(rollout.warmup)  # steady traffic to the old pods before the rollout
+            self.kube.apps.patch_namespaced_deployment(
+                "web", self.namespace, {"spec": {"template": {"metadata": {"annotations": {"rollout": "1"}}}}}
+            )
+            if not node.kubelet.wait_gone(old, max(end - time.monotonic(), 1)):
+                self.result.problems.append(f"old pods still there after {rollout.timeout:g}s")
+            _wait_ready_pods(node, self.namespace, rollout.replicas, end, exclude=set(old))
+            time.sleep(rollout.tail)  # traffic to the new pods only, to see that it still flows
+            load.stop()
+            report = load.result(timeout=30)
+            self.result.duration = time.monotonic() - started
+        return rules, report
+
+    def _count(self, requests: list[list[Any]]) -> None:
+        result = self.result
+        result.sent = len(requests)
+        result.outcomes = dict(collections.Counter(str(r[2]) for r in requests))
+        result.failures = [r for r in requests if r[2] != "ok"][:20]
+        result.slow = sum(1 for r in requests if r[2] == "ok" and r[1] - r[0] >= 1e9)
+
+    def _judge(self, record: PodRecord, rules: RulesWatch) -> None:
+        """One old pod's outcome, on the time of its deletion."""
         deleted = record.deleted
         if deleted is None:
-            result.problems.append(f"{record.name} was never deleted")
-            continue
+            self.result.problems.append(f"{record.name} was never deleted")
+            return
         unrouted = rules.unrouted_at(record.ip, deleted)
-        result.pods.append(
+        self.result.pods.append(
             PodOutcome(
                 record.name,
                 record.ip,
@@ -318,8 +352,7 @@ def _run(
                 record.sigkill is not None,
             )
         )
-        result.problems += [f"{record.name}: {problem}" for problem in record.problems]
-    result.problems += node.kubelet.errors
+        self.result.problems += [f"{record.name}: {problem}" for problem in record.problems]
 
 
 def _wait_ready_pods(node: Node, namespace: str, count: int, end: float, exclude: set[str] | None = None) -> list[str]:

@@ -27,31 +27,49 @@ _DNAT = re.compile(r"--to-destination (\d+\.\d+\.\d+\.\d+):\d+")
 
 def routed_ips(nat_table: str, service: str) -> frozenset[str]:
     """Pod IPs the ClusterIP of ``service`` ("namespace/name") is DNATed to."""
-    rules: dict[str, list[list[str]]] = {}
-    for line in nat_table.splitlines():
-        if line.startswith("-A "):
-            words = shlex.split(line)
-            rules.setdefault(words[1], []).append(words)
-    service_chains = set()
-    for words in rules.get("KUBE-SERVICES", []):
-        comment = _option(words, "--comment") or ""
-        target = _option(words, "-j")
-        if comment.startswith(f"{service}:") and comment.endswith("cluster IP") and target:
-            service_chains.add(target)
-    destinations: dict[str, str] = {}
-    for chain, chain_rules in rules.items():
-        if chain.startswith("KUBE-SEP-"):
-            for words in chain_rules:
-                match = _DNAT.search(" ".join(words))
-                if match:
-                    destinations[chain] = match.group(1)
+    rules = _rules_by_chain(nat_table)
+    destinations = _endpoint_destinations(rules)
     routed = set()
-    for chain in service_chains:
+    for chain in _service_chains(rules, service):
         for words in rules.get(chain, []):
             target = _option(words, "-j")
             if target in destinations:
                 routed.add(destinations[target])
     return frozenset(routed)
+
+
+def _rules_by_chain(nat_table: str) -> dict[str, list[list[str]]]:
+    """The ``-A CHAIN ...`` rules, split into words, per chain."""
+    rules: dict[str, list[list[str]]] = {}
+    for line in nat_table.splitlines():
+        if line.startswith("-A "):
+            words = shlex.split(line)
+            rules.setdefault(words[1], []).append(words)
+    return rules
+
+
+def _service_chains(rules: dict[str, list[list[str]]], service: str) -> set[str]:
+    """The ``KUBE-SVC-...`` chains ``KUBE-SERVICES`` sends the ClusterIP of ``service`` to."""
+    chains = set()
+    for words in rules.get("KUBE-SERVICES", []):
+        comment = _option(words, "--comment") or ""
+        target = _option(words, "-j")
+        if comment.startswith(f"{service}:") and comment.endswith("cluster IP") and target:
+            chains.add(target)
+    return chains
+
+
+def _endpoint_destinations(rules: dict[str, list[list[str]]]) -> dict[str, str]:
+    """Each ``KUBE-SEP-...`` chain's DNAT address."""
+    destinations: dict[str, str] = {}
+    for chain, chain_rules in rules.items():
+        if not chain.startswith("KUBE-SEP-"):
+            continue
+        for words in chain_rules:
+            match = _DNAT.search(" ".join(words))
+            if match:
+                destinations[chain] = match.group(1)
+    return destinations
 
 
 def _option(words: Sequence[str], name: str) -> str | None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.node import CONFIGS, Node, run_rollout
+from tests.node import CONFIGS, Node, Rollout, run_rollout
 
 pytestmark = [pytest.mark.xdist_group("rollout"), pytest.mark.slow]
 
@@ -35,10 +35,7 @@ def test_endpoint_drain_drops_no_request(node: Node, admin_api: Any) -> None:
         node,
         admin_api,
         CONFIGS["endpoint-drain"],
-        replicas=1,
-        rate=RATE,
-        grace=GRACE,
-        propagation_delay=PROPAGATION_DELAY,
+        Rollout(replicas=1, rate=RATE, grace=GRACE, propagation_delay=PROPAGATION_DELAY),
     )
     report = result.summary()
     assert not result.problems, report
@@ -51,7 +48,7 @@ def test_endpoint_drain_drops_no_request(node: Node, admin_api: Any) -> None:
 
 
 def test_without_prestop_the_rollout_drops_requests(node: Node, admin_api: Any) -> None:
-    result = run_rollout(node, admin_api, CONFIGS["no-prestop"], replicas=1, rate=RATE, grace=GRACE)
+    result = run_rollout(node, admin_api, CONFIGS["no-prestop"], Rollout(replicas=1, rate=RATE, grace=GRACE))
     report = result.summary()
     assert not result.problems, report
     assert result.sent >= 100, report

@@ -59,6 +59,9 @@ _OTHER_ENDS = {
 # How long to wait for the STOPPED event of a domain that vanished (a
 # transient one once off) to learn why: events may trail the state call.
 _REASON_WAIT = 1.0
+# How long a shutdown request still in flight when its guest is seen off
+# may take to be answered and logged: one libvirt call, normally milliseconds.
+_REPORT_IN_FLIGHT = 1.0
 # Of what the hook has, the share kept back to destroy what is still running
 # at the end (capped at destroy_reserve).  A quarter: a destroy is one call
 # that returns in well under a second unless QEMU is stuck, so the guests'
@@ -306,16 +309,25 @@ class DomainShutdown:
     async def _graceful(self) -> Result | None:
         """Press and wait until off; None if the window ended first."""
         self.stage = "shutting down"
+        off = trio.Event()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._press_repeatedly)
+            nursery.start_soon(self._press_repeatedly, off)
             result = await self._wait_until_off(self.graceful_end)
-            nursery.cancel_scope.cancel()
+            if result is None:
+                nursery.cancel_scope.cancel()  # on to the destroy, at once
+            else:
+                # A guest that powers off at once is seen off while the
+                # request that did it is still being answered; cancelling
+                # that request would lose its log lines (what the driver
+                # refused, which flags it took).  It gets a moment to finish.
+                off.set()
+                nursery.cancel_scope.deadline = trio.current_time() + _REPORT_IN_FLIGHT
         return result
 
-    async def _press_repeatedly(self) -> None:
+    async def _press_repeatedly(self, off: trio.Event) -> None:
         name = self.domain.name
         flags = ops.shutdown_flags(agent=self.agent)
-        while True:
+        while not off.is_set():
             try:
                 accepted = await self.hv.call(ops.request_shutdown(self.domain.uuid, flags))
             except LibvirtFailure as exc:
@@ -338,7 +350,8 @@ class DomainShutdown:
                 self.log.info("%s: shutdown requested (%s)", name, ops.describe_flags(flags))
             else:
                 self.log.info("%s: still running; shutdown request %d", name, self.presses)
-            await trio.sleep(self.settings.resend_interval)
+            with trio.move_on_after(self.settings.resend_interval):
+                await off.wait()
 
     async def _wait_until_off(self, end: Callable[[], float]) -> Result | None:
         """Wait for the domain to be off, until ``end()``; None if it is not."""

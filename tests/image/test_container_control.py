@@ -5,10 +5,12 @@ it too, and any other user gets one clear line."""
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 
 import pytest
 
-from tests.image.image_tools import BuiltImage, Containers, podman
+from tests.image.image_tools import BuiltImage, Container, Containers, podman
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow, pytest.mark.xdist_group("podman")]
 
@@ -16,7 +18,8 @@ pytestmark = [pytest.mark.podman, pytest.mark.slow, pytest.mark.xdist_group("pod
 def test_supervisor_status_through_exec_as_the_images_user(image: BuiltImage, containers: Containers) -> None:
     container = containers.start(image.name, "--", "sh", "-c", "echo hello from main; exec sleep 300")
     container.wait_for_log("hello from main")
-    result = podman("exec", container.name, "supervisor", "status", "-o", "json")
+    result = _status_once_the_socket_is_up(container)
+    assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
     (main,) = answer["processes"]
     assert (main["name"], main["state"], main["main"]) == ("sh", "running", True)
@@ -41,3 +44,18 @@ def test_supervisor_status_through_exec_as_the_images_user(image: BuiltImage, co
     )  # fmt: skip
     assert other.returncode == 1
     assert "permission denied" in other.stderr and other.stderr.count("\n") == 1
+
+
+def _status_once_the_socket_is_up(container: Container, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """``supervisor status -o json`` once the control socket is there.
+
+    The command after ``--`` starts before the orchestrator imports trio and
+    opens its socket (so that it starts fast), so its first output line can
+    come before the socket exists; on a busy machine, seconds before.
+    """
+    give_up = time.monotonic() + timeout
+    while True:
+        result = podman("exec", container.name, "supervisor", "status", "-o", "json", check=False)
+        if result.returncode == 0 or time.monotonic() > give_up:
+            return result
+        time.sleep(0.2)  # the poll's interval; each exec costs more than that

@@ -133,7 +133,7 @@ def test_sigterm_without_deletion_skips_the_drain(kube: KubeTarget, tmp_path: Pa
         code = sup.wait(40)
     assert code == 0, sup.output
     events = read_report(report)
-    assert events["stopping"] - signalled < 3, "the manager waited for a drain (fallback is 20 s)"
+    assert events["stopping"] - signalled < 3, f"the manager waited for a drain (fallback is 20 s)\n{sup.output}"
     assert "skipping the endpoint drain" in sup.output
     assert kube.cluster.read_lease(LEASE)["spec"]["holderIdentity"] == ""
 

@@ -37,7 +37,11 @@ def main() -> int:
         print(f"export KUBECONFIG={plane.admin_kubeconfig}")
         print(f"export PATH={plane.bin_dir}:$PATH   # kubectl {plane.bin_dir / 'kubectl'}")
         print(f"# logs in {workdir}; Ctrl-C stops the cluster", flush=True)
-        stop.wait()
+        # Python runs a signal handler only when the main thread executes
+        # bytecode; a main thread asleep in a plain wait() with other threads
+        # about can miss it, so it wakes twice a second to look.
+        while not stop.wait(0.5):
+            pass
     finally:
         plane.stop()
     return 0

@@ -75,6 +75,7 @@ class PodRecord:
     exit_status: int | None = None
     gone: float | None = None  # the final delete returned
     grace: float | None = None
+    log: Path | None = None  # the container's output
     problems: list[str] = field(default_factory=list)
 
 
@@ -331,7 +332,8 @@ class Kubelet:
         command = [*(container.get("command") or []), *(container.get("args") or [])]
         if not command:
             raise PodError(f"{record.name}: no command (the stand-in kubelet has no images to take one from)")
-        pod.container = Container(pod.network.name, record.name, command, env, token_dir, directory / "container.log")
+        record.log = directory / "container.log"
+        pod.container = Container(pod.network.name, record.name, command, env, token_dir, record.log)
         pod.container.start()
         record.started = pod.container.started_at
         self._patch_status(record, obj, ready=False)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Container", "PodError"]
+__all__ = ["Container", "PodError", "log_tail"]
 
 TOKEN_DIR = "/run/secrets/kubernetes.io/serviceaccount"
 _SETUP = (
@@ -164,8 +164,13 @@ class Container:
         self._exited.wait(10)
 
     def output(self, lines: int = 40) -> str:
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log, lines)
+
+
+def log_tail(log: Path, lines: int = 40) -> str:
+    """The last ``lines`` of a container's log ("" when there is none)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

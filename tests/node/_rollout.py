@@ -23,6 +23,7 @@ import collections
 import contextlib
 import statistics
 import sys
+import textwrap
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from typing import Any
 
 from ._kubelet import PodRecord
 from ._node import Node
+from ._pod import log_tail
 from ._rules import RulesWatch
 
 __all__ = ["CONFIGS", "Config", "PodOutcome", "Rollout", "RolloutResult", "run_rollout"]
@@ -66,6 +68,7 @@ class PodOutcome:
     to_unrouted: float | None  # deletion → kube-proxy's rules no longer name it
     exit_status: int | None
     killed: bool
+    output: str = ""  # the container's last lines, when it did not exit 0
 
     @property
     def waste(self) -> float | None:
@@ -104,6 +107,8 @@ class RolloutResult:
                 f" unrouted {_fmt(pod.to_unrouted)}, waste {_fmt(pod.waste)} after deletion;"
                 f" status {pod.exit_status}{' (SIGKILL)' if pod.killed else ''}"
             )
+            if pod.output:
+                lines.append(textwrap.indent(pod.output, "    | "))
         lines += [f"  problem: {problem}" for problem in self.problems]
         return "\n".join(lines)
 
@@ -350,6 +355,7 @@ class _Run:
                 None if unrouted is None else unrouted - deleted,
                 record.exit_status,
                 record.sigkill is not None,
+                "" if record.exit_status == 0 or record.log is None else log_tail(record.log, 30),
             )
         )
         self.result.problems += [f"{record.name}: {problem}" for problem in record.problems]

@@ -101,6 +101,7 @@ cluster: $(DEV_STAMP) kube-bin
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check supervisor plugins tests examples benchmarks tools
+	$(VENV)/bin/ruff format --check supervisor plugins tests examples benchmarks tools
 	$(VENV)/bin/mypy --strict supervisor tools/dist.py
 	$(VENV)/bin/mypy --strict plugins/sleep/supervisor_sleep.py plugins/exec/supervisor_exec plugins/http/supervisor_http \
 		plugins/kubernetes/supervisor_kubernetes plugins/libvirt/supervisor_libvirt

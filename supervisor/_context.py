@@ -85,9 +85,7 @@ class Context:
         if self.board is not None:
             self.board.set_status(self.plugin, text)
 
-    def report_health(
-        self, name: str, *, ok: bool, level: Level = "ready", detail: str = ""
-    ) -> None:
+    def report_health(self, name: str, *, ok: bool, level: Level = "ready", detail: str = "") -> None:
         """Contribute a health check: its latest verdict, which counts at once
         (apply any threshold of your own before reporting a failure).
 

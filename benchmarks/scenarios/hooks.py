@@ -65,9 +65,7 @@ def hook_concurrency(bench: Bench) -> list[Row]:
     problems: list[str] = []
     for round_ in range(rounds):
         marker = directory / f"finished-{round_}.txt"
-        sections = "".join(
-            f"  bench-slow-{i}: {{seconds: {seconds:g}s, marker: '{marker}'}}\n" for i in range(PLUGINS)
-        )
+        sections = "".join(f"  bench-slow-{i}: {{seconds: {seconds:g}s, marker: '{marker}'}}\n" for i in range(PLUGINS))
         yaml = f"plugins:\n{sections}"
         bench.say(f"  supervisor, round {round_ + 1}")
         try:
@@ -103,4 +101,3 @@ def hook_concurrency(bench: Bench) -> list[Row]:
             anchors,
         )
     ]
-

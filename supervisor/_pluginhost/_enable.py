@@ -15,6 +15,7 @@ from ._registry import Registry
 
 __all__ = ["EnabledPlugin", "enable"]
 
+
 @dataclass(frozen=True)
 class EnabledPlugin:
     """A plugin the configuration names, with what it made of its section."""

@@ -24,9 +24,7 @@ def test_subreaper_sweep_terms_grandchildren_that_re_parent(tmp_path: Path) -> N
     trapped = tmp_path / "trapped"
     os.mkfifo(trapped)
     grand = tmp_path / "grand.sh"
-    grand.write_text(
-        f"trap 'echo term > {marker}; exit 0' TERM\necho > {trapped}\nwhile :; do sleep 0.05; done\n"
-    )
+    grand.write_text(f"trap 'echo term > {marker}; exit 0' TERM\necho > {trapped}\nwhile :; do sleep 0.05; done\n")
     started = time.monotonic()
     code, sup = run(
         ["--grace-period", "5s", "--", "sh", "-c", f'sh -c "sh {grand}; :" & read _ < {trapped}'],

@@ -85,4 +85,3 @@ async def test_run_each_runs_concurrently_keeps_order_and_drops_what_the_deadlin
     outcomes = await run_each(chosen, run, deadline)
     assert outcomes == [3.0, 1.0]  # the entries' order, not the order they ended in
     assert trio.current_time() - started == 9.0  # concurrently: the cut, not 3 + 9 + 1
-

@@ -248,9 +248,7 @@ async def test_keep_drops_every_other_capability_for_root() -> None:
 
 
 async def test_keep_survives_the_switch_to_a_non_root_user() -> None:
-    process = spec(
-        user="nobody", no_new_privs=True, capabilities=Capabilities(keep=("net_bind_service",))
-    )
+    process = spec(user="nobody", no_new_privs=True, capabilities=Capabilities(keep=("net_bind_service",)))
     if not FULL_ROOT:
         assert "not mapped" in (check_privileges(process) or "")
         return
@@ -284,8 +282,7 @@ async def test_kept_net_bind_service_lets_nobody_bind_port_below_1024() -> None:
         "perl",
         "-MSocket",
         "-e",
-        "socket(S, PF_INET, SOCK_STREAM, 0) or exit 1;"
-        f"bind(S, sockaddr_in({port}, inet_aton('127.0.0.1'))) or exit 13",
+        f"socket(S, PF_INET, SOCK_STREAM, 0) or exit 1;bind(S, sockaddr_in({port}, inet_aton('127.0.0.1'))) or exit 13",
     ]
     result = await trio.run_process(bind, preexec_fn=preexec_for(with_cap), check=False)
     assert result.returncode == 0
@@ -345,8 +342,7 @@ def check_in_child(process: str, *drop: str) -> str:
 def test_user_change_without_cap_setuid_is_explained() -> None:
     message = check_in_child('ProcessSpec("web", ("x",), user="nobody")', "setuid", "setgid")
     assert message == (
-        "user 'nobody': changing the user needs root (CAP_SETUID); "
-        "the supervisor runs as uid 0 without it"
+        "user 'nobody': changing the user needs root (CAP_SETUID); the supervisor runs as uid 0 without it"
     )
 
 
@@ -367,10 +363,7 @@ def test_nothing_left_to_drop_is_not_a_problem() -> None:
 
 
 def test_keeping_a_capability_the_supervisor_lacks_is_explained() -> None:
-    process = (
-        'ProcessSpec("web", ("x",), user="nobody", '
-        'capabilities=Capabilities(keep=("net_bind_service",)))'
-    )
+    process = 'ProcessSpec("web", ("x",), user="nobody", capabilities=Capabilities(keep=("net_bind_service",)))'
     message = check_in_child(process, "net_bind_service")
     if FULL_ROOT:
         assert message == "cannot keep net_bind_service: the supervisor does not have it itself"

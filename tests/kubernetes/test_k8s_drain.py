@@ -335,6 +335,26 @@ async def test_api_down_falls_back_to_the_fixed_delay(proxy: FaultProxy, kube: K
     assert _step(h.ctx, "fallback delay").outcome == "ok"  # type: ignore[attr-defined]
 
 
+async def test_a_dropped_connection_is_read_again(proxy: FaultProxy, kube: KubeTarget, tmp_path: Path) -> None:
+    """A kept-alive connection that a server or a load balancer closed while
+    the pod ran fails the next request with no answer.  The reads at SIGTERM
+    try again on a fresh connection: neither the pod's deletion nor the
+    drain is lost to it (without the retry the drain falls back to 20 s)."""
+    ns = kube.cluster
+    _web(kube)
+    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {fallback_delay: 20s}")
+    read = proxy.add(Rule("/pods/web-0$", method="GET", close=True, times=1))
+    listed = proxy.add(Rule("/endpointslices$", watch=False, close=True, times=1))
+    ns.delete_pod("web-0")
+    deadline = Deadline(30)
+    await h.shutdown_started(deadline)
+    with trio.fail_after(15):
+        await h.pre_stop(deadline)
+    assert (read.fired, listed.fired) == (1, 1), "the connections were not dropped"
+    assert _step(h.ctx, "read pod").outcome == "ok"  # type: ignore[attr-defined]
+    assert _step(h.ctx, "endpoint drain").outcome == "ok"  # type: ignore[attr-defined]
+
+
 async def test_closed_connection_falls_back(proxy: FaultProxy, kube: KubeTarget, tmp_path: Path) -> None:
     ns = kube.cluster
     _web(kube)

@@ -44,6 +44,10 @@ _MIN_CALL = 0.05
 # have left, at most this), so that one that runs out of time is reported
 # as a failed call rather than cut off unreported.
 _CALL_SLACK_MAX = 0.25
+# Attempts of a read whose connection was dropped before any answer came.
+# The pool may hold more than one connection that a server or a middlebox
+# closed while the pod ran; each failed attempt discards one.
+_READ_ATTEMPTS = 3
 # Objects per LIST page: the server hands out a continue token past this
 # many, so a namespace with thousands of slices costs several bounded
 # requests rather than one unbounded answer.
@@ -52,11 +56,13 @@ PAGE_SIZE = 500
 
 class APIError(Exception):
     """The API could not be used: unreachable, refused (401/403), or an
-    error status.  ``status`` is the HTTP code, None when no answer came."""
+    error status.  ``status`` is the HTTP code, None when no answer came;
+    ``dropped``: the connection was closed or reset before any answer."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, *, dropped: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.dropped = dropped
 
     @property
     def forbidden(self) -> bool:
@@ -108,7 +114,8 @@ def load_client(settings: KubernetesSettings) -> tuple[Any, str | None]:
     except (ConfigException, OSError, ValueError) as exc:
         raise APIError(f"cannot configure the Kubernetes client: {exc}") from exc
     # Retries are ours to bound by the deadline: a read that timed out is not
-    # tried again (it would outlive the deadline); a refused connect is, once.
+    # tried again (it would outlive the deadline); a refused connect is, once;
+    # a GET whose connection was dropped unanswered is, by KubeAPI._read.
     configuration.retries = urllib3.Retry(total=1, connect=1, read=0, status=0, redirect=0, other=0)
     return client.ApiClient(configuration), namespace
 
@@ -145,6 +152,26 @@ class KubeAPI:
         timeout = self.timeout(deadline)
         return await trio.to_thread.run_sync(_translated, work, timeout, abandon_on_cancel=True, limiter=self.limiter)
 
+    async def _read(self, work: Callable[[float], Any], deadline: Deadline | None) -> Any:
+        """``_run`` for a GET, tried again on a fresh connection when the
+        connection was dropped before any answer.
+
+        A kept-alive connection that a server or a load balancer closed while
+        the pod ran idle fails the next request that way, and the read at
+        SIGTERM comes after the longest idle time of all; client-go retries
+        GETs on a reset or an EOF for the same reason.  A timeout is not
+        retried (the next would outlive the deadline as well), nor is a write
+        (the server may have applied it), and each attempt gets only what the
+        deadline leaves."""
+        attempts = 1
+        while True:
+            try:
+                return await self._run(work, deadline)
+            except APIError as exc:
+                if not exc.dropped or attempts == _READ_ATTEMPTS:
+                    raise
+                attempts += 1
+
     # -- calls ---------------------------------------------------------------
 
     async def read_pod(self, namespace: str, name: str, deadline: Deadline | None = None) -> Obj:
@@ -153,7 +180,7 @@ class KubeAPI:
                 self._core.read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=timeout)
             )
 
-        result: Obj = await self._run(work, deadline)
+        result: Obj = await self._read(work, deadline)
         return result
 
     async def list_endpoint_slices(
@@ -181,7 +208,7 @@ class KubeAPI:
                 if token is None:
                     return items, str(meta.get("resourceVersion") or "")
 
-        result: tuple[list[Obj], str] = await self._run(work, deadline)
+        result: tuple[list[Obj], str] = await self._read(work, deadline)
         return result
 
     @asynccontextmanager
@@ -259,7 +286,7 @@ class KubeAPI:
                 )
             )
 
-        result: Obj = await self._run(work, deadline)
+        result: Obj = await self._read(work, deadline)
         return result
 
     async def list_leases(self, namespace: str, label_selector: str, deadline: Deadline | None = None) -> list[Obj]:
@@ -274,7 +301,7 @@ class KubeAPI:
             )
             return list(page.get("items") or [])
 
-        result: list[Obj] = await self._run(work, deadline)
+        result: list[Obj] = await self._read(work, deadline)
         return result
 
     async def replace_lease(self, namespace: str, name: str, lease: Obj, deadline: Deadline | None = None) -> Obj:
@@ -350,10 +377,15 @@ def _as_api_error(exc: BaseException) -> APIError:
         message = _status_message(exc.body) or str(exc.reason or "").strip()
         status = exc.status if isinstance(exc.status, int) and exc.status else None
         return APIError(f"HTTP {status}: {message}" if status else message, status)
+    from urllib3.exceptions import ProtocolError
+
     # urllib3 wraps the cause: "Max retries exceeded ... (Caused by NewConnectionError(...))".
     reason = getattr(exc, "reason", None)
     detail = str(reason) if reason else str(exc)
-    return APIError(f"API server unreachable: {type(exc).__name__}: {detail}")
+    # ProtocolError: the connection was closed or reset with no answer (a
+    # read timeout is a ReadTimeoutError, and a refused connect is not one).
+    dropped = isinstance(exc, ProtocolError) or isinstance(reason, ProtocolError)
+    return APIError(f"API server unreachable: {type(exc).__name__}: {detail}", dropped=dropped)
 
 
 def _status_message(body: object) -> str:

@@ -285,7 +285,6 @@ def _handover(
     release_on_cancel: bool = False,
 ) -> Figure:
     from tests.cluster import Manager, manager_command, read_report
-    from tests.kubernetes.k8s_helpers import wait_until_trying
 
     how = " with the plugin" if with_plugin else " with ReleaseOnCancel" if release_on_cancel else ""
     bench.say(f"  {subject.name}{how}")
@@ -311,7 +310,7 @@ def _handover(
         ) as run:
             _wait_until_leading(run.sandbox, report)
             standby.start()
-            wait_until_trying(standby_log)
+            standby.wait_trying()
             run.sandbox.signal(signal.SIGTERM)
             run.expect_exit(problems, 0, timeout=30)
             exited = read_report(report).get("stopped")

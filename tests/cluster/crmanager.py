@@ -69,6 +69,10 @@ def manager_command(plane: ControlPlane, namespace: str, **flags: Unpack[Manager
     return argv
 
 
+# What client-go's elector logs (klog, level 0) as it starts trying for the Lease.
+_ATTEMPTING = "Attempting to acquire leader lease"
+
+
 class Manager:
     """One replica, authenticated with the admin kubeconfig (as ``pod_name``;
     its stderr goes to ``log``)."""
@@ -132,6 +136,17 @@ class Manager:
 
     def wait_leading(self, timeout: float = 30) -> float:
         return self.wait_for("leading", timeout)
+
+    def wait_trying(self, timeout: float = 30) -> None:
+        """Until the manager has started trying for its Lease (its first
+        attempt follows at once, then one every retry period): from then on
+        a standby that took a held Lease would show.  Needs ``log``."""
+        assert self.log is not None, "wait_trying reads the manager's log: start it with log=PATH"
+        end = time.monotonic() + timeout
+        while _ATTEMPTING not in (self.log.read_text(errors="replace") if self.log.exists() else ""):
+            if time.monotonic() > end:
+                raise AssertionError(f"the manager never tried for its Lease within {timeout} s ({self.log})")
+            time.sleep(0.02)
 
     @property
     def leading(self) -> bool:

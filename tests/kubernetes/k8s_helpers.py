@@ -29,7 +29,6 @@ __all__ = [
     "controllers_held",
     "controllers_held_until_the_plugin_looked",
     "harness",
-    "wait_until_trying",
 ]
 
 # What the drain logs once it has listed the slices and found them routing.
@@ -100,21 +99,6 @@ def controllers_held_until_the_plugin_looked(plane: ControlPlane, *, limit: floa
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
-
-
-# What client-go's elector logs (klog, level 0) as it starts trying for the Lease.
-_ATTEMPTING = "Attempting to acquire leader lease"
-
-
-def wait_until_trying(manager_log: Path, timeout: float = 30) -> None:
-    """Until a manager started with ``log=manager_log`` has started trying
-    for its Lease (its first attempt follows at once, then one every retry
-    period): from then on a standby that took a held Lease would show."""
-    end = time.monotonic() + timeout
-    while _ATTEMPTING not in (manager_log.read_text(errors="replace") if manager_log.exists() else ""):
-        if time.monotonic() > end:
-            raise AssertionError(f"the manager never tried for its Lease within {timeout} s ({manager_log})")
-        time.sleep(0.02)
 
 
 @dataclass

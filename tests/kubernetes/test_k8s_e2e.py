@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import Manager, manager_command, read_report
-from tests.kubernetes.k8s_helpers import LOOKED, REPO, KubeTarget, controllers_held, wait_until_trying
+from tests.kubernetes.k8s_helpers import LOOKED, REPO, KubeTarget, controllers_held
 from tests.pid1 import Supervisor
 
 pytestmark = pytest.mark.slow
@@ -93,7 +93,7 @@ def test_pod_deletion_drains_then_stops_then_hands_over_the_lease(kube: KubeTarg
     with _supervise(kube, tmp_path, report) as sup:
         standby.start()
         ns.on_cleanup(standby.stop)
-        wait_until_trying(standby_log)
+        standby.wait_trying()
         watch = ns.watch_slices(ns.kubelet.read_pod("ctrl-0"))
         # The controller reacts once the plugin has seen the endpoint route,
         # so that the drain waits for the flip rather than finding it done.

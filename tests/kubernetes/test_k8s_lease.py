@@ -18,7 +18,6 @@ from tests.kubernetes.k8s_helpers import (
     KubeTarget,
     controllers_held_until_the_plugin_looked,
     harness,
-    wait_until_trying,
 )
 from tests.plugins._helpers import FakeProcess, LogRecords
 
@@ -54,7 +53,7 @@ async def test_released_like_client_go_and_the_standby_takes_over(
     leader = _manager(kube, managers, tmp_path, "ctrl-0")
     leader.wait_leading()
     standby = _manager(kube, managers, tmp_path, "ctrl-1")
-    wait_until_trying(tmp_path / "ctrl-1.log")
+    standby.wait_trying()
     leader.stop()  # the controller exits; ReleaseOnCancel is off, so the Lease stays held
     before = ns.read_lease(LEASE)
     assert before["spec"]["holderIdentity"] == leader.identity

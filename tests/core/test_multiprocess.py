@@ -196,8 +196,8 @@ def test_sigkill_comes_at_the_stop_timeout_or_the_deadline_whichever_is_first(
     timeline = sup.timeline()
     stop = next(s for s in timeline if s["phase"] == "stop")
     # Offsets from the SIGTERM's arrival: the stop signal goes at "start".
-    # The SIGKILL never comes early (the deadline's escalation is at most
-    # 50 ms before the wall); a busy machine may be late to kill and reap,
+    # The SIGKILL never comes early (the deadline's escalation is 5 % of the
+    # grace period before the wall: 50 ms of 1 s); a busy machine may be late to kill and reap,
     # but the other limit (0.5 s against 30 s, 20 s against 1 s) is far.
     killed_at = stop["start"] + stop["duration"]
     expected = min(grace_period, stop["start"] + stop_timeout)

@@ -233,8 +233,13 @@ class Namespace:
         name = lease["metadata"]["name"]
         return _raw(self.coordination.replace_namespaced_lease(name, self.name, lease, _preload_content=False))
 
-    def list_events(self) -> list[dict[str, Any]]:
-        return list(_raw(self.events.list_namespaced_event(self.name, _preload_content=False))["items"])
+    def list_events(self, reporting_controller: str | None = None) -> list[dict[str, Any]]:
+        """The namespace's events (events.k8s.io), or only those that
+        ``reporting_controller`` reported: the control plane's own controllers
+        write events of their own into a test's namespace too (a busy
+        EndpointSlice controller warns on the Service, for one)."""
+        items = _raw(self.events.list_namespaced_event(self.name, _preload_content=False))["items"]
+        return [e for e in items if reporting_controller in (None, e.get("reportingController"))]
 
     def on_cleanup(self, callback: Callable[[], None]) -> None:
         self._cleanups.append(callback)

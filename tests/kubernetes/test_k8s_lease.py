@@ -23,6 +23,8 @@ from tests.plugins._helpers import FakeProcess, LogRecords
 
 LEASE = "controller-leader"
 RETRY = 0.5  # the managers' RetryPeriod in these tests (controller-runtime's default is 2 s)
+# The reportingController of the plugin's events.
+REPORTER = "pid1-supervisor/kubernetes"
 
 
 def _lease_section(extra: str = "") -> str:
@@ -224,12 +226,12 @@ async def test_events_tell_the_story_in_kubectl_describe(kube: KubeTarget, tmp_p
         await h.shutdown_started(deadline)
         await h.pre_stop(deadline)
     await h.after_stop(deadline)
-    events = ns.list_events()
+    # Reported by the plugin under its name, about the pod.
+    events = ns.list_events(reporting_controller=REPORTER)
     reasons = [e["reason"] for e in events]
     assert {"DrainStarted", "DrainFinished", "LeaseReleased"} <= set(reasons), reasons
     for event in events:
         assert event["regarding"]["uid"] == pod["metadata"]["uid"]
-        assert event["reportingController"] == "pid1-supervisor/kubernetes"
     described = kube.plane.kubectl("describe", "pod", "web-0", "-n", ns.name)
     events_table = described.split("Events:", 1)[1]
     for reason in ("DrainStarted", "DrainFinished", "LeaseReleased"):
@@ -253,5 +255,5 @@ async def test_a_long_multibyte_note_is_cut_to_what_the_server_accepts(kube: Kub
     with LogRecords.capture("test") as logs:
         await recorder.record("DrainStarted", "é" * 600, action="Drain")
     assert logs.at(logging.WARNING) == [], logs.messages
-    (event,) = ns.list_events()
+    (event,) = ns.list_events(reporting_controller=REPORTER)
     assert event["note"] == "é" * 512 and len(event["note"].encode()) == 1024

@@ -74,6 +74,24 @@ def binaries() -> Path:
 DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "TERM", "--")
 
 
+def _wait_stopped(pid: int, timeout: float = 10.0) -> None:
+    """Until every thread of ``pid`` is in the stopped state: the SIGSTOP's
+    group stop completes as each thread next enters the kernel, so a test
+    must not rely on the hold before that (the kernel gives no event for
+    it, hence the short poll)."""
+    end = time.monotonic() + timeout
+    while True:
+        states = []
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+            with contextlib.suppress(OSError):
+                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        if states and all(state in ("T", "t") for state in states):
+            return
+        if time.monotonic() > end:
+            raise ControlPlaneError(f"process {pid} was sent SIGSTOP but is not stopped after {timeout:g} s: {states}")
+        time.sleep(0.001)
+
+
 def free_port() -> int:
     """A port nobody listens on right now (the component binds it next)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -151,6 +169,7 @@ class ControlPlane:
         end the pause early."""
         (kcm,) = [p for p in self.processes if p.name == "kube-controller-manager"]
         os.kill(kcm.popen.pid, signal.SIGSTOP)
+        _wait_stopped(kcm.popen.pid)
         timer = threading.Timer(seconds, self.resume_controllers)
         timer.daemon = True
         timer.start()

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from supervisor._procstat import read_stat
+
 from ._pki import PKI, ClientCert
 
 __all__ = ["BUILD_SCRIPT", "DIE_WITH_PARENT", "ControlPlane", "ControlPlaneError", "binaries"]
@@ -81,13 +83,14 @@ def _wait_stopped(pid: int, timeout: float = 10.0) -> None:
     it, hence the short poll)."""
     end = time.monotonic() + timeout
     while True:
-        states = []
-        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-            with contextlib.suppress(OSError):
-                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
-        if states and all(state in ("T", "t") for state in states):
+        # /proc/TID/stat is each thread's own; one that ended meanwhile reads
+        # as None and holds nothing up.
+        stats = (read_stat(int(tid)) for tid in os.listdir(f"/proc/{pid}/task"))
+        threads = [stat for stat in stats if stat is not None]
+        if threads and all(stat.stopped for stat in threads):
             return
         if time.monotonic() > end:
+            states = "".join(stat.state for stat in threads)
             raise ControlPlaneError(f"process {pid} was sent SIGSTOP but is not stopped after {timeout:g} s: {states}")
         time.sleep(0.001)
 

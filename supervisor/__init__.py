@@ -27,6 +27,7 @@ _EXPORTS = {
     "PhaseEntry": ".phases",
     "PhasePlugin": ".phases",
     "entries_for": ".phases",
+    "plan_entries": ".phases",
     "read_entries": ".phases",
     "read_phase": ".phases",
     "run_each": ".phases",
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
     from .phases import PhaseEntry as PhaseEntry
     from .phases import PhasePlugin as PhasePlugin
     from .phases import entries_for as entries_for
+    from .phases import plan_entries as plan_entries
     from .phases import read_entries as read_entries
     from .phases import read_phase as read_phase
     from .phases import run_each as run_each

@@ -50,7 +50,7 @@ from ._units import (
     PIPE_RELAY,
     SHUTDOWN_SIGNALS,
     format_duration,
-    parse_duration,
+    parse_grace_period,
     parse_signal,
     signal_name,
 )
@@ -152,7 +152,8 @@ class _Options:
         elif name in ("-v", "--verbose"):
             log.level = DEBUG
         elif name == "--grace-period":
-            self.grace = parse_duration(value)
+            # Out of bounds: the orchestrator says so and exits 2.
+            self.grace = parse_grace_period(value)
         elif name == "--rewrite":
             source, _, target = value.partition(":")
             if parse_signal(target, allow_zero=True) == 0:

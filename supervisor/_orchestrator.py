@@ -101,7 +101,11 @@ class Orchestrator:
         self.early = early
         self.processes = {
             spec.name: SupervisedProcess(
-                spec, self, inherited_fds=inherited_fds, already_started=main_started if spec.main else None
+                spec,
+                self,
+                inherited_fds=inherited_fds,
+                already_started=main_started if spec.main else None,
+                stop_budget=config.grace_period,
             )
             for spec in config.processes
         }
@@ -162,6 +166,8 @@ class Orchestrator:
             if self.shutdown_requested.is_set():
                 self._start_up_scope.cancel()
             await self.host.call("supervisor_startup")
+            if not self.processes:
+                log.info("no processes to run: waiting for SIGTERM (plugins keep running until then)")
             for level in self.levels:
                 if not await self._start_level(supervised, level):
                     break
@@ -188,11 +194,28 @@ class Orchestrator:
                         problems[process.name] = reason
 
                 nursery.start_soon(check)
+        return not self._start_failures(problems)
+
+    def _start_failures(self, problems: dict[str, str]) -> bool:
+        """Act on the processes of a level that did not become ready (by
+        name, why); True if start-up cannot go on."""
+        blocking = False
         for name, reason in problems.items():
-            if self.processes[name].spec.main:
+            spec = self.processes[name].spec
+            if spec.main:
                 continue  # the main process's own exit decides the outcome
-            self._fail(f"start-up failed: {name} {reason}")
-        return not problems
+            dependents = [p.name for p in self.processes.values() if name in p.spec.depends_on]
+            if spec.on_failure == "shutdown":
+                self._fail(f"start-up failed: {name} {reason}")
+            elif dependents:
+                self._fail(
+                    f"start-up failed: {name} {reason}, and {', '.join(dependents)} cannot start without it",
+                    policy=f"on_failure: ignore, but {name} is a dependency",
+                )
+            else:
+                continue  # failed, logged, and left so (on_failure: ignore)
+            blocking = True
+        return blocking
 
     async def _run_background(self, scope: trio.CancelScope) -> None:
         with scope:
@@ -311,9 +334,11 @@ class Orchestrator:
             return
         self._fail(f"{process.name} failed: {reason}")
 
-    def _fail(self, reason: str) -> None:
-        log.error("%s; shutting down (on_failure: shutdown)", reason)
+    def _fail(self, reason: str, policy: str = "on_failure: shutdown") -> None:
+        """Shut down for a failure; ``policy`` says which setting asked for it."""
         if self.failure is None:
+            # (A failure seen twice — at start-up and when its run ends — is told once.)
+            log.error("%s; shutting down (%s)", reason, policy)
             self.failure = reason
         self.request_shutdown(reason)
 
@@ -328,6 +353,8 @@ class Orchestrator:
             log.error("exit status %d: %s", EXIT_PROCESS_FAILED, self.failure)
             return EXIT_PROCESS_FAILED
         if self.main is None:
+            reason = self.shutdown.reason if self.shutdown is not None else "no shutdown"
+            log.info("exiting with status 0 (no main process; %s)", reason)
             return 0
         status = self.main.status
         if status is None and self.shutdown is not None and self.shutdown.signal is not None:
@@ -356,4 +383,8 @@ class Orchestrator:
         log.info(header)
         for line in self.timeline.render():
             log.info("  %s", line)
-        log.info("  +%7.3fs %s  wall: PID 1 kills what is left", wall, " " * 8)
+        # Not a row: nothing happened there (PID 1 would have killed what
+        # was left; the shutdown ended before).
+        log.info(
+            "  done %.3fs before the wall at +%.3fs, where PID 1 would have killed what was left", wall - total, wall
+        )

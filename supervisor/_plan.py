@@ -67,7 +67,7 @@ class ShutdownPlan:
         if not self.host.implementations("supervisor_pre_stop"):
             return
         if self.main_exited.is_set():
-            with self.timeline.step("pre_stop", "skipped") as step:
+            with self.timeline.step("pre_stop", "hooks not run") as step:
                 step.outcome = "skipped"
                 step.detail = "the main process has already exited: nothing left to drain"
             return

@@ -12,10 +12,14 @@ import signal
 
 __all__ = [
     "FORWARDABLE_SIGNALS",
+    "MAX_GRACE_PERIOD",
+    "MIN_GRACE_PERIOD",
     "PIPE_RELAY",
     "SHUTDOWN_SIGNALS",
+    "check_grace_period",
     "format_duration",
     "parse_duration",
+    "parse_grace_period",
     "parse_signal",
     "signal_name",
 ]
@@ -68,6 +72,30 @@ def parse_duration(text: str | int | float) -> float:
             "ms, s, m or h (30, 30s, 500ms, 1.5s, 2m)"
         )
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+# The grace period's bounds.  Below a second the shutdown plan has no time to
+# run and log even when every process has already exited, so PID 1's wall
+# would turn a clean exit into 137 (the kubelet, too, never gives a container
+# less than 2 s).  Above a day it is a typo: and a wall beyond what the
+# platform's time_t holds would make PID 1's timed wait fail.
+MIN_GRACE_PERIOD = 1.0
+MAX_GRACE_PERIOD = 86400.0
+
+
+def check_grace_period(seconds: float) -> float:
+    """``seconds`` if it is a usable grace period; ValueError says the bounds."""
+    if not MIN_GRACE_PERIOD <= seconds <= MAX_GRACE_PERIOD:
+        raise ValueError(
+            f"grace period {format_duration(seconds)} is out of range: use 1s to 24h "
+            "(PID 1 kills everything when it is over)"
+        )
+    return seconds
+
+
+def parse_grace_period(text: str | int | float) -> float:
+    """``parse_duration`` within the grace period's bounds."""
+    return check_grace_period(parse_duration(text))
 
 
 def format_duration(seconds: float) -> str:

@@ -18,10 +18,12 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from . import __version__
-from ._units import FORWARDABLE_SIGNALS, parse_duration, parse_signal, signal_name
+from ._cliparse import Parser as _Parser
+from ._cliparse import UsageError, did_you_mean, join_option_values, subcommands
+from ._units import FORWARDABLE_SIGNALS, parse_duration, parse_grace_period, parse_signal, signal_name
 
 if TYPE_CHECKING:
     from ._early import EarlySignals
@@ -29,15 +31,11 @@ if TYPE_CHECKING:
     from ._pluginhost import PluginHost
     from .config import Config
 
-__all__ = ["RunOptions", "main", "run_main"]
+__all__ = ["RunOptions", "UsageError", "main", "run_main"]
 
 USAGE_ERROR = 2
 T = TypeVar("T")
 PROG = "supervisor"
-
-
-class UsageError(Exception):
-    """A mistake on the command line; the message is the whole story."""
 
 
 @dataclass(frozen=True)
@@ -54,13 +52,6 @@ class RunOptions:
     command: tuple[str, ...] = ()
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but errors are one line naming the bad value, not a usage dump."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def _argument(parse: Callable[[str], T]) -> Callable[[str], T]:
     """An argparse type from a parser that raises ValueError with the whole story."""
 
@@ -74,6 +65,7 @@ def _argument(parse: Callable[[str], T]) -> Callable[[str], T]:
 
 
 _duration = _argument(parse_duration)
+_grace_period = _argument(parse_grace_period)
 _signal = _argument(parse_signal)
 
 
@@ -103,9 +95,8 @@ def _exit_code(text: str) -> int:
 def _run_parser() -> _Parser:
     parser = _Parser(
         prog=PROG,
-        usage=f"{PROG} [run] [OPTIONS] [-- COMMAND [ARG...]]\n       {PROG} check [-c FILE]\n"
-        f"       {PROG} plugins\n       {PROG} status [-o json] | start|stop|restart NAME... | signal NAME SIGNAL\n"
-        f"       {PROG} logs [NAME] [-n N] [-f] | health [--level alive|ready]\n       {PROG} --version",
+        usage=f"{PROG} [run] [OPTIONS] [-- COMMAND [ARG...]]\n       {PROG} COMMAND [ARGS...]  "
+        f"(see `{PROG} help COMMAND`)",
         description="A PID 1 for containers: runs COMMAND and the processes of a YAML "
         "configuration, reaps zombies, forwards signals, and turns SIGTERM into a graceful "
         "shutdown plan that finishes inside the grace period.",
@@ -121,7 +112,7 @@ def _run_parser() -> _Parser:
     parser.add_argument(
         "--grace-period",
         metavar="DURATION",
-        type=_duration,
+        type=_grace_period,
         help="the whole shutdown budget, a hard wall: then PID 1 kills what is left "
         "(default 30s, or the file's grace_period); "
         "30, 30s, 500ms, 1.5s, 2m",
@@ -157,7 +148,7 @@ def _run_parser() -> _Parser:
     parser.add_argument(
         "--log-level",
         choices=["debug", "info", "warning", "error"],
-        help="least severe log lines shown (default info, or the file's log_level)",
+        help="least severe log lines shown (default info, or the file's log.level)",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (debug level)")
     return parser
@@ -172,14 +163,16 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
         split = args.index("--")
         args, command = args[:split], args[split + 1 :]
     parser = _run_parser()
-    ns = parser.parse_args(args)
+    ns = parser.parse_args(join_option_values(args, parser))
     if ns.help:
-        parser.print_help()
+        print(overview(), end="")
         raise SystemExit(0)
     if ns.version:
         print(f"{PROG} (pid1-supervisor) {__version__}")
         raise SystemExit(0)
     config_path = ns.config or os.environ.get("SUPERVISOR_CONFIG") or None
+    if command and not command[0]:
+        raise UsageError("the command after -- is an empty string: give a program to run")
     if not command and not config_path:
         raise UsageError("nothing to run: give a command after -- or a configuration with -c FILE")
     return RunOptions(
@@ -353,23 +346,10 @@ def main(args: Sequence[str]) -> int:
         from .control.client import main as control_main
 
         return control_main(args)
-    from ._pluginhost import PluginHost
     from .config import ConfigError
 
-    host = PluginHost.discover()
-    parser = _Parser(prog=PROG, description="A PID 1 for containers. `supervisor --help` shows the run options.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    check = sub.add_parser("check", help="validate a configuration and print its start and shutdown plan")
-    check.add_argument("-c", "--config", metavar="FILE", help="YAML configuration (env SUPERVISOR_CONFIG)")
-    check.add_argument("--grace-period", metavar="DURATION", type=_duration)
-    check.set_defaults(handler=lambda ns: _check(ns, host))
-    plugins = sub.add_parser("plugins", help="list installed plugins, their hooks and settings")
-    plugins.set_defaults(handler=lambda ns: _plugins(host))
-    sub.add_parser("help", help="show the run options").set_defaults(handler=lambda ns: _help())
-    host.add_commands(sub)
     try:
-        ns = parser.parse_args(args)
-        return int(ns.handler(ns))
+        return _dispatch(args)
     except BrokenPipeError:
         # `supervisor plugins | head`: the reader has all it wanted.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -380,13 +360,139 @@ def main(args: Sequence[str]) -> int:
         return _config_error(exc)
 
 
-def _help() -> int:
-    _run_parser().print_help()
+def _dispatch(args: Sequence[str]) -> int:
+    if list(args[:2]) == ["completion", "--names"]:
+        # What the shell completes process names from: no plugin scan.
+        from ._completion import process_names
+
+        return process_names()
+    host = _discover()
+    parser = command_parser(host)
+    ns = parser.parse_args(join_option_values(args, _subparser(parser, args)))
+    if getattr(ns, "handler", None) is None:
+        print(overview(host), end="")
+        return 0
+    return int(ns.handler(ns))
+
+
+def _discover() -> PluginHost:
+    from ._pluginhost import PluginHost
+
+    return PluginHost.discover()
+
+
+def _subparser(parser: argparse.ArgumentParser, args: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``args`` name (for options that take a
+    value starting with a dash), else ``parser``."""
+    found = subcommands(parser).get(args[0]) if args else None
+    return found[1] if found is not None else parser
+
+
+_DESCRIPTION = (
+    "A PID 1 for containers: runs COMMAND and the processes of a YAML "
+    "configuration, reaps zombies, forwards signals, and turns SIGTERM into a graceful "
+    "shutdown plan that finishes inside the grace period."
+)
+_RUN_HELP = "supervise COMMAND and the processes of a configuration (the default: `run` may be left out)"
+
+
+def command_parser(host: PluginHost | None) -> _Parser:
+    """The whole command line as one parser: ``run``, ``check``, ``plugins``,
+    ``help``, ``completion``, ``replan``, the control commands and the
+    subcommands of every installed plugin.  ``help``, ``--help`` and the
+    shell completion are made from it, so they list what exists."""
+    from .control.client import control_parser
+
+    parser = _Parser(prog=PROG, description=_DESCRIPTION, add_help=False)
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    run = _run_parser()
+    sub.add_parser("run", help=_RUN_HELP, parents=[run], add_help=False, usage=run.usage)
+    check = sub.add_parser("check", help="validate a configuration and print its start and shutdown plan")
+    check.add_argument("-c", "--config", metavar="FILE", help="YAML configuration (env SUPERVISOR_CONFIG)")
+    check.add_argument(
+        "--grace-period", metavar="DURATION", type=_grace_period, help="as for run: replaces the file's grace_period"
+    )
+    check.add_argument(
+        "--effective",
+        action="store_true",
+        help="print the effective configuration instead: defaults filled in, ${VAR} expanded, secrets masked",
+    )
+    check.set_defaults(handler=lambda ns: _check(ns, _enabled_host(host)))
+    plugins = sub.add_parser("plugins", help="list installed plugins, their hooks and settings")
+    plugins.set_defaults(handler=lambda ns: _plugins(_enabled_host(host)))
+    help_parser = sub.add_parser("help", help="explain every command, or COMMAND")
+    help_parser.add_argument("topic", nargs="?", metavar="COMMAND", help="the command to explain")
+    help_parser.set_defaults(handler=lambda ns: _help(parser, host, ns.topic))
+    completion = sub.add_parser(
+        "completion",
+        help='print a shell completion script: eval "$(supervisor completion bash)"',
+        description="Print a completion script for bash or zsh, made from this command line; "
+        "process names are completed from the running supervisor's control socket.",
+    )
+    completion.add_argument("shell", choices=["bash", "zsh"])
+    completion.set_defaults(handler=lambda ns: _completion(parser, ns.shell))
+    for name, (text, client_sub) in subcommands(control_parser()).items():
+        # The control commands run in their own stdlib-only client (the
+        # init layer routes them there first); here they are for help,
+        # the overview and completion.
+        sub.add_parser(
+            name,
+            help=text,
+            parents=[cast(_Parser, client_sub)],  # (made with parser_class=_Parser)
+            add_help=False,
+            description=client_sub.description,
+            usage=client_sub.format_usage().removeprefix("usage: ").rstrip(),
+        )
+    if host is not None:
+        host.add_commands(sub)
+    return parser
+
+
+def _enabled_host(host: PluginHost | None) -> PluginHost:
+    return host if host is not None else _discover()
+
+
+def overview(host: PluginHost | None = None) -> str:
+    """``supervisor --help``: the usage, every command with its one line,
+    the run options and the exit statuses."""
+    parser = command_parser(host if host is not None else _discover())
+    rows = [(name, text) for name, (text, _) in subcommands(parser).items()]
+    width = max(len(name) for name, _ in rows) + 2
+    commands = "".join(f"  {name:<{width}}{text}\n" for name, text in rows)
+    run_help = _run_parser().format_help()
+    usage, _, rest = run_help.partition("\n\n")
+    _description, _, options = rest.partition("\n\n")
+    return (
+        f"{usage}\n\n{_DESCRIPTION}\n\n"
+        f"commands (`{PROG} help COMMAND` explains one; the control commands take --socket PATH):\n"
+        f"{commands}\nrun {options}"
+    )
+
+
+def _help(parser: _Parser, host: PluginHost | None, topic: str | None) -> int:
+    if topic is None or topic == "run":
+        print(overview(host), end="")
+        return 0
+    found = subcommands(parser).get(topic)
+    if found is None:
+        raise UsageError(f"no command {topic!r}{did_you_mean(topic, subcommands(parser))}")
+    text, command = found
+    # The control commands' parsers carry their one line as help only.
+    command.description = command.description or text[:1].upper() + text[1:] + "."
+    command.print_help()
+    return 0
+
+
+def _completion(parser: _Parser, shell: str) -> int:
+    from ._completion import script
+
+    print(script(parser, shell), end="")
     return 0
 
 
 def _check(ns: argparse.Namespace, host: PluginHost) -> int:
-    from .config import ConfigError, budget_problems, render_plan
+    from .config import ConfigError, budget_problems, effective_config, render_plan
 
     path = ns.config or os.environ.get("SUPERVISOR_CONFIG")
     if not path:
@@ -396,6 +502,9 @@ def _check(ns: argparse.Namespace, host: PluginHost) -> int:
     problems = budget_problems(config)
     if problems:
         raise ConfigError(problems)
+    if ns.effective:
+        print(effective_config(config), end="")
+        return 0
     print(render_plan(config, host.hooks_by_phase()))
     return 0
 

@@ -137,6 +137,14 @@ def supervisor_configure(settings: Settings, config: Config) -> object:
         to check the process names your section refers to, say.
     :returns: What the plugin's other hooks get as ``ctx.settings`` (a
         frozen dataclass documents it best); None keeps the ``Settings``.
+        For ``supervisor check``'s plan, the object may have a method
+        ``plan() -> Mapping[str, str]``: each phase the plugin will act in
+        with these settings (``pre_stop``; ``before_process_stop:NAME``
+        for one process, ``before_process_stop`` for every one) mapped to
+        a few words on what it does there (``sleep 15s``; ``until no
+        endpoint routes here``).  The plan then shows those phases only,
+        with those words; without the method it shows every hook the
+        plugin implements.
     """
 
 

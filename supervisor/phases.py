@@ -32,6 +32,7 @@ __all__ = [
     "PhaseEntry",
     "PhasePlugin",
     "entries_for",
+    "plan_entries",
     "read_entries",
     "read_phase",
     "run_each",
@@ -89,6 +90,24 @@ def entries_for(entries: Iterable[Entry], phase: str, process: ProcessInfo | Non
     """The entries of ``phase`` (and, for per-process phases, of ``process``), in order."""
     name = process.name if process is not None else None
     return [entry for entry in entries if entry.phase == phase and entry.process == name]
+
+
+class NamedPhaseEntry(PhaseEntry, Protocol):
+    """An entry with a name for logs, the timeline and the plan."""
+
+    @property
+    def name(self) -> str: ...
+
+
+def plan_entries(entries: Iterable[NamedPhaseEntry]) -> dict[str, str]:
+    """A settings object's ``plan()`` (see ``supervisor_configure``) for
+    entries bound to phases: each phase (``before_process_stop:NAME`` for a
+    process's) that has entries, mapped to their names."""
+    plan: dict[str, list[str]] = {}
+    for entry in entries:
+        key = f"{entry.phase}:{entry.process}" if entry.process else entry.phase
+        plan.setdefault(key, []).append(entry.name)
+    return {key: ", ".join(names) for key, names in plan.items()}
 
 
 async def run_each(

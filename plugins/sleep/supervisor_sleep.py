@@ -32,6 +32,10 @@ __all__ = ["SleepSettings"]
 class SleepSettings:
     seconds: float
 
+    def plan(self) -> dict[str, str]:
+        """Where ``supervisor check`` shows this plugin: pre_stop, unless turned off."""
+        return {"pre_stop": f"sleep {format_duration(self.seconds)}"} if self.seconds > 0 else {}
+
 
 @hookimpl
 def supervisor_configure(settings: Settings, config: Config) -> SleepSettings:

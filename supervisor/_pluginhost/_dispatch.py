@@ -32,7 +32,7 @@ import trio
 
 from .._context import Context
 from .._hooks import Binding, HookCall
-from .._timeline import Step
+from .._timeline import Step, Timeline
 from ..hookspec import SKIP
 from ._enable import EnabledPlugin
 from ._registry import Registry
@@ -132,8 +132,21 @@ class Dispatcher:
         timeline = attempt.ctx.timeline
         with timeline.step(attempt.call.phase, attempt.call.step, plugin=attempt.plugin.name) as step:
             step.outcome = await _guarded(attempt, step)
-        if step.outcome == SKIPPED:
+        if step.outcome == SKIPPED or (step.outcome == "ok" and _has_own_steps(timeline, step)):
+            # A hook that recorded its own steps (one per exec command, say)
+            # is told by them; a row for the hook itself would say it twice.
             timeline.discard(step)
+
+
+def _has_own_steps(timeline: Timeline, step: Step) -> bool:
+    """Whether the hook of ``step`` recorded steps of its own inside it."""
+    return any(
+        other is not step
+        and other.plugin == step.plugin
+        and other.phase == step.phase
+        and step.start <= other.start <= step.start + step.duration
+        for other in timeline.steps
+    )
 
 
 def _waves(impls: list[pluggy.HookImpl]) -> Iterator[list[pluggy.HookImpl]]:

@@ -5,20 +5,48 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Mapping
 
+from ..phases import PHASES
+from ._enable import EnabledPlugin
 from ._registry import Registry
 
 __all__ = ["describe", "hooks_by_phase"]
 
 
-def hooks_by_phase(registry: Registry, enabled: Iterable[str]) -> dict[str, list[str]]:
-    """The enabled plugins implementing each hook, by the hook's phase name."""
+def hooks_by_phase(registry: Registry, enabled: Mapping[str, EnabledPlugin]) -> dict[str, list[str]]:
+    """The enabled plugins that will act in each phase, by the phase's name
+    (``before_process_stop:NAME`` for one process): ``name`` or, where the
+    plugin's settings say what it does there, ``name (what)``.
+
+    A plugin whose settings have ``plan()`` (see ``supervisor_configure``)
+    is listed where that says; any other under every hook it implements.
+    """
     phases: dict[str, list[str]] = {}
-    for name in enabled:
-        for hook_name in registry.hook_names(name):
-            phases.setdefault(hook_name.removeprefix("supervisor_"), []).append(name)
+    for name, plugin in enabled.items():
+        implemented = [hook.removeprefix("supervisor_") for hook in registry.hook_names(name)]
+        plan = _plan_of(plugin.settings)
+        if plan is None:
+            for phase in implemented:
+                phases.setdefault(phase, []).append(name)
+            continue
+        # Hooks outside the shutdown and start-up phases (events, background,
+        # configure) are listed as implemented: a plan names phases only.
+        for phase in implemented:
+            if phase not in PHASES:
+                phases.setdefault(phase, []).append(name)
+        for phase, what in plan.items():
+            if phase.partition(":")[0] in implemented:
+                phases.setdefault(phase, []).append(f"{name} ({what})" if what else name)
     return phases
+
+
+def _plan_of(settings: object) -> Mapping[str, str] | None:
+    plan = getattr(settings, "plan", None)
+    if not callable(plan):
+        return None
+    result = plan()
+    return result if isinstance(result, Mapping) else None
 
 
 def describe(registry: Registry) -> list[str]:

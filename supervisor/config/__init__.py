@@ -6,6 +6,7 @@
 orchestrator and ``supervisor check``.
 """
 
+from ._effective import effective_config
 from ._errors import ConfigError, Problem
 from ._load import load_config
 from ._model import (
@@ -38,6 +39,7 @@ __all__ = [
     "ReadyCheck",
     "Settings",
     "budget_problems",
+    "effective_config",
     "load_config",
     "render_plan",
     "start_levels",

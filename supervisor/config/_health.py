@@ -164,20 +164,26 @@ def _listen(section: Settings) -> tuple[str, int] | None:
     if raw is None:
         return None
     if isinstance(raw, int) and not isinstance(raw, bool):
-        if not 1 <= raw <= 65535:
-            section.error("listen", f"port {raw} is out of range 1-65535")
-            return None
-        # A bare port: every address of the pod, as the kubelet probes the
-        # pod's IP; write 127.0.0.1:PORT to keep it local.
-        return ("0.0.0.0", raw)
+        return _bare_port(section, raw)
     text = section.string("listen")
     if text is None:
         return None
+    if text.strip().isdigit():
+        return _bare_port(section, int(text))  # "8080" is the same port as 8080
     try:
         return parse_tcp_address(text)
     except ValueError as exc:
         section.error("listen", str(exc))
         return None
+
+
+def _bare_port(section: Settings, port: int) -> tuple[str, int] | None:
+    """A bare port: every address of the pod, as the kubelet probes the
+    pod's IP; write 127.0.0.1:PORT to keep it local."""
+    if not 1 <= port <= 65535:
+        section.error("listen", f"port {port} is out of range 1-65535")
+        return None
+    return ("0.0.0.0", port)
 
 
 def parse_control(section: Settings | None) -> ControlSettings:

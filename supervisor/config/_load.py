@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Literal, cast
 
+from .._units import check_grace_period
 from ._errors import ConfigError, Problem
 from ._health import parse_control, parse_health, parse_process_checks
 from ._model import Config, HealthCheck, ProcessSpec
@@ -71,6 +72,11 @@ def _build(root: Node, path: str, problems: list[Problem]) -> Config:
     # x-* keys are free for the user, as in docker compose: a place for anchors.
     top.check_keys([*TOP_LEVEL_KEYS, *(key for key in root.value if key.startswith("x-"))])
     grace_period = top.duration("grace_period", 30.0)
+    try:
+        check_grace_period(grace_period)
+    except ValueError as exc:
+        top.error("grace_period", str(exc))
+        grace_period = 30.0
     log = top.section("log")
     log_format, log_level = "text", "info"
     if log is not None:
@@ -129,8 +135,10 @@ def _check_dependencies(specs: list[ProcessSpec], entry_of: dict[str, Settings],
             if dep == spec.name:
                 entry.error("depends_on", f"{spec.name!r} cannot depend on itself")
             elif dep not in written:
-                names = ", ".join(repr(name) for name in entry_of if name != spec.name) or "none"
-                entry.error("depends_on", f"unknown process {dep!r} (processes: {names})")
+                # Every name written, also of entries with problems of their own.
+                names = ", ".join(repr(name) for name in sorted(written) if name != spec.name)
+                known = f"processes: {names}" if names else "no other process is configured in this file"
+                entry.error("depends_on", f"unknown process {dep!r} ({known})")
     for cycle in find_cycles({spec.name: spec.depends_on for spec in specs}):
         entry_of[cycle[0]].error("depends_on", f"dependency cycle: {' -> '.join(cycle)}")
 

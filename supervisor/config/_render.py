@@ -126,29 +126,32 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
     reserve = _deadline.reserve_for(grace)
     g = format_duration(grace)
     # The orchestrator escalates a margin before the wall, where PID 1 kills.
-    escalation = f"{round(grace - _initpipe.wall_margin(grace), 3):g}s"
-    lines = [
-        f"Shutdown plan (grace period {g}; SIGKILL escalation at {escalation}; "
-        f"hooks end {format_duration(reserve)} before it)"
-    ]
+    margin = _initpipe.wall_margin(grace)
+    kill_at = f"{round(grace - margin, 3):g}s"
+    lines = [f"Shutdown plan (grace period {g})"]
     if "shutdown_started" in phases:
         lines.append(_row("shutdown_started", ", ".join(phases["shutdown_started"]), "[0s]"))
-    # The stops begin at D, once pre_stop (until drained) and wind_down
-    # (beside it, not cut short by the main process's exit) are both over.
-    draining = "pre_stop" in phases or "wind_down" in phases
-    start = "D" if draining else ""
+    # The stops begin once pre_stop and wind_down (beside it, not cut short
+    # by the main process's exit) are both over: their windows count from there.
+    before = " and ".join(phase for phase in ("pre_stop", "wind_down") if phase in phases)
     if "pre_stop" in phases:
-        lines.append(_row("pre_stop", ", ".join(phases["pre_stop"]), "[0s – D: until drained]"))
+        lines.append(_row("pre_stop", ", ".join(phases["pre_stop"]), "[from 0s]"))
     if "wind_down" in phases:
-        lines.append(_row("wind_down", ", ".join(phases["wind_down"]), "[0s – D: beside pre_stop]"))
+        beside = ", beside pre_stop" if "pre_stop" in phases else ""
+        lines.append(_row("wind_down", ", ".join(phases["wind_down"]), f"[from 0s{beside}]"))
     offset = 0.0
     levels = stop_levels(config)
     for number, level in enumerate(levels, start=1):
         longest = 0.0
         for process in level:
-            end_text, overrun = _stop_end(process, offset, grace, draining)
-            window = f"[{_at(start, offset)} – {end_text}]" + ("  exceeds the grace period" if overrun else "")
-            lines.append(_row(f"{number}. stop {process.name}", _stop_text(process), window))
+            window, overrun = _stop_window(process, offset, grace, before, kill_at)
+            lines.append(
+                _row(
+                    f"{number}. stop {process.name}",
+                    _stop_text(process),
+                    window + ("  exceeds the grace period" if overrun else ""),
+                )
+            )
             for phase in _PER_PROCESS:
                 plugins = [*phases.get(phase, []), *phases.get(f"{phase}:{process.name}", [])]
                 if plugins:
@@ -158,22 +161,28 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
     if not levels:
         lines.append("  (no processes to stop)")
     lines.append(_row("post_stop", ", ".join(phases.get("post_stop", [])) or "-"))
-    lines.append(_row("wall", f"PID 1 kills what is left (exit {_initpipe.WALL_EXIT_CODE})", f"[{g}]"))
-    lines.append(_summary(offset, grace, draining))
+    lines.append(_row("SIGKILL", "to every process still running", f"[{kill_at}]"))
+    lines.append(_summary(offset, grace, before))
+    lines.append(
+        f"  Kill time {kill_at}: SIGKILL to what still runs, {format_duration(margin)} before the grace period ends,"
+    )
+    lines.append(
+        f"  so that PID 1 need not step in (at {g} it kills everything and exits {_initpipe.WALL_EXIT_CODE}). "
+        f"Hooks end {format_duration(reserve)} before the kill."
+    )
     return lines
 
 
-def _at(start: str, offset: float) -> str:
-    if not start:
-        return format_duration(offset)
-    return start if offset == 0 else f"{start}+{format_duration(offset)}"
-
-
-def _stop_end(process: ProcessSpec, offset: float, grace: float, draining: bool) -> tuple[str, bool]:
-    if process.stop_timeout is None:
-        return format_duration(grace), (not draining and offset > grace)
-    end = offset + process.stop_timeout
-    return _at("D" if draining else "", end), (not draining and end > grace)
+def _stop_window(process: ProcessSpec, offset: float, grace: float, before: str, kill_at: str) -> tuple[str, bool]:
+    """A stop's worst-case window, from the shutdown's start or, when
+    pre_stop/wind_down come first, from their end; and whether it can be
+    seen to run past the grace period."""
+    end = None if process.stop_timeout is None else offset + process.stop_timeout
+    if before:
+        until = kill_at if end is None else f"+{format_duration(end)}"
+        return f"[{before} end +{format_duration(offset)} – {until}]", False
+    until = kill_at if end is None else format_duration(end)
+    return f"[{format_duration(offset)} – {until}]", (offset if end is None else end) > grace
 
 
 def _stop_text(process: ProcessSpec) -> str:
@@ -183,15 +192,16 @@ def _stop_text(process: ProcessSpec) -> str:
     return f"{how}, up to {format_duration(process.stop_timeout)}"
 
 
-def _summary(claimed: float, grace: float, draining: bool) -> str:
+def _summary(claimed: float, grace: float, before: str) -> str:
     if not claimed:
         return "  Stop timeouts claim nothing: each stop may use whatever is left of the grace period."
     left = grace - claimed
     if left < 0:
         return f"  Stop timeouts claim {format_duration(claimed)}, {format_duration(-left)} more than the grace period."
     text = f"  Stop timeouts claim at most {format_duration(claimed)} of {format_duration(grace)}"
-    if draining:
-        return text + f"; they all fit if D <= {format_duration(left)}."
+    if before:
+        verb = "end" if " and " in before else "ends"
+        return text + f"; they all fit if {before} {verb} within {format_duration(left)}."
     return text + f"; {format_duration(left)} to spare."
 
 

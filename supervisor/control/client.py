@@ -18,12 +18,14 @@ import os
 import socket
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
+from .._cliparse import Parser as _Parser
+from .._cliparse import UsageError as _Usage
 from .._units import format_duration
 from .protocol import SOCKET_ENV, client_candidates
 
-__all__ = ["ControlClient", "SupervisorUnreachable", "main"]
+__all__ = ["ControlClient", "SupervisorUnreachable", "control_parser", "main"]
 
 PROG = "supervisor"
 USAGE_ERROR = 2
@@ -37,15 +39,6 @@ class SupervisorUnreachable(Exception):
 
 class RequestFailed(Exception):
     """The supervisor refused the request; the message is its answer."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise _Usage(message)
-
-
-class _Usage(Exception):
-    pass
 
 
 class ControlClient:
@@ -126,7 +119,7 @@ def _connect_error(path: str, exc: OSError) -> str:
 # --------------------------------------------------------------------------
 
 
-def _parser() -> _Parser:
+def control_parser() -> _Parser:
     parser = _Parser(prog=PROG, description="Operate a running supervisor over its control socket.")
     common = _Parser(add_help=False)
     common.add_argument(
@@ -138,21 +131,25 @@ def _parser() -> _Parser:
         return sub.add_parser(name, help=text, parents=[common])
 
     status = command("status", "one row per process, the health checks and any shutdown under way")
-    status.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    status.add_argument(
+        "-o", "--output", choices=["text", "json"], default="text", help="a table (default), or the answer as JSON"
+    )
     for name, text in (("start", "start stopped processes"), ("stop", "stop processes (they stay stopped)")):
-        command(name, text).add_argument("names", nargs="+", metavar="NAME")
+        command(name, text).add_argument("names", nargs="+", metavar="NAME", help="a process of the configuration")
     command("restart", "stop, then start processes (not the main process)").add_argument(
-        "names", nargs="+", metavar="NAME"
+        "names", nargs="+", metavar="NAME", help="a process of the configuration"
     )
     sig = command("signal", "send a signal to a process (its process group if it has one)")
-    sig.add_argument("name", metavar="NAME")
+    sig.add_argument("name", metavar="NAME", help="the process to signal")
     sig.add_argument("signal", metavar="SIGNAL", help="HUP, SIGHUP, hup or 1")
     logs = command("logs", "recent output lines (every process, or NAME's)")
-    logs.add_argument("name", nargs="?", metavar="NAME")
+    logs.add_argument("name", nargs="?", metavar="NAME", help="the process whose lines to show (default: every one)")
     logs.add_argument("-n", "--lines", type=_count, default=10, metavar="N", help="how many (default 10)")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     health = command("health", "exit 0 if healthy, 1 if not (for exec probes)")
-    health.add_argument("--level", choices=["alive", "ready"], default="ready")
+    health.add_argument(
+        "--level", choices=["alive", "ready"], default="ready", help="the question the probe asks (default ready)"
+    )
     health.add_argument("-q", "--quiet", action="store_true", help="print nothing, only the exit status")
     return parser
 
@@ -166,7 +163,7 @@ def _count(text: str) -> int:
 def main(args: Sequence[str]) -> int:
     """Entry for the control subcommands (the CLI routes them here)."""
     try:
-        ns = _parser().parse_args(list(args))
+        ns = control_parser().parse_args(list(args))
     except _Usage as exc:
         print(f"{PROG}: {exc} (see {PROG} {args[0] if args else ''} --help)", file=sys.stderr)
         return USAGE_ERROR

@@ -91,7 +91,14 @@ class Operations:
         processes = list(self.processes.values())
         return {
             "ok": True,
-            "supervisor": {"pid": os.getpid(), "version": __version__, "uptime": round(now - self.started, 3)},
+            "supervisor": {
+                # The init layer (PID 1 in a container), which the
+                # orchestrator answering here is a child of: the PID to signal.
+                "pid": os.getppid(),
+                "orchestrator_pid": os.getpid(),
+                "version": __version__,
+                "uptime": round(now - self.started, 3),
+            },
             "processes": [self._row(process, now) for process in processes],
             "checks": [state.as_dict() for state in self.board.checks.values()],
             "plugins": dict(self.board.status_lines),

@@ -52,6 +52,7 @@ class ControlServer:
         try:
             sock = self._bind()
         except OSError as exc:
+            self._unlock()
             log.warning("no control socket: %s: %s", self.path, exc.strerror or exc)
             task_status.started()
             return
@@ -64,6 +65,7 @@ class ControlServer:
             with contextlib.suppress(OSError):
                 if os.stat(self.path).st_ino == self._inode:
                     os.unlink(self.path)
+            self._unlock()
 
     def _bind(self) -> trio.socket.SocketType:
         prepare_directory(self.path)
@@ -92,13 +94,35 @@ class ControlServer:
         supervisors sharing a directory never take each other's socket."""
         import fcntl
 
-        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        lock = self.path + ".lock"
+        while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise OSError(0, "in use by another supervisor") from None
+            # Its holder removes the file when done (see _unlock): a lock
+            # taken on a file no longer at the path is no lock; try again.
+            try:
+                if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
             os.close(fd)
-            raise OSError(0, "in use by another supervisor") from None
         self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        """Remove the lock file while still holding it, then let go: nothing
+        is left behind, and a supervisor that opened the old file finds it
+        gone (``_lock_or_raise``)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            if os.stat(self.path + ".lock").st_ino == os.fstat(fd).st_ino:
+                os.unlink(self.path + ".lock")
+        os.close(fd)
 
     # -- one connection ---------------------------------------------------------
 

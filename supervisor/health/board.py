@@ -9,7 +9,10 @@ disagree.  Trio-free: it only holds state.
 Ready: every process started and past its readiness check (one that ended
 by itself or was stopped on purpose does not hold readiness back), every
 ready-level check up, and no shutdown under way.  Alive: no alive-level
-check down and no process failed for good.
+check down and no process failed for good.  A process with ``on_failure:
+ignore`` that failed for good counts against neither: the pod is meant to
+go on without it, and a kubelet restarting the container for it would undo
+that promise.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
+    from ..config import ProcessSpec
     from ..runtime.state import ProcessState
 
 __all__ = ["Board", "CheckState", "Verdict"]
@@ -34,6 +38,14 @@ class _Process(Protocol):
 
     @property
     def state(self) -> ProcessState: ...
+
+    @property
+    def spec(self) -> ProcessSpec: ...
+
+
+def _failed_for_good(process: _Process) -> bool:
+    """Failed, and the pod is not meant to go on without it."""
+    return process.state.value == "failed" and process.spec.on_failure != "ignore"
 
 
 Level = Literal["alive", "ready"]
@@ -149,7 +161,7 @@ class Board:
             state = process.state.value
             if state in _NOT_READY_STATES:
                 reasons.append(f"process {process.name}: {_NOT_READY_STATES[state]} ({state})")
-            elif state == "failed":
+            elif _failed_for_good(process):
                 reasons.append(f"process {process.name}: failed")
         for check in self.checks.values():
             if check.level == "ready" and check.up is not True:
@@ -157,9 +169,7 @@ class Board:
         return Verdict(not reasons, tuple(reasons))
 
     def alive(self, processes: Iterable[_Process]) -> Verdict:
-        reasons = [
-            f"process {process.name}: failed for good" for process in processes if process.state.value == "failed"
-        ]
+        reasons = [f"process {process.name}: failed for good" for process in processes if _failed_for_good(process)]
         for check in self.checks.values():
             if check.level == "alive" and check.down:
                 reasons.append(f"check {check.name}: {_check_text(check)}")

@@ -61,8 +61,12 @@ class SupervisedProcess:
         *,
         inherited_fds: tuple[int, ...] = (),
         already_started: subprocess.Popen[bytes] | None = None,
+        stop_budget: float = 30.0,
     ) -> None:
         self.spec = spec
+        # How long stopping a run that never became ready may take when the
+        # process has no stop_timeout (the orchestrator's grace period).
+        self._stop_budget = stop_budget
         self._events = events
         self._inherited_fds = inherited_fds
         # The main process may have been started before trio was imported
@@ -79,6 +83,8 @@ class SupervisedProcess:
         self._run_over = trio.Event()
         self._stop_requested = trio.Event()
         self._restart_requested = False
+        # Why the current run was stopped for not becoming ready in time.
+        self._never_ready: str | None = None
         self.restarts = 0
         self.ever_started = False
         self.started_at: float | None = None  # monotonic time of the last spawn
@@ -164,6 +170,15 @@ class SupervisedProcess:
         if self.stopping:
             self._lifecycle.settle_in(ProcessState.STOPPED)
             return None
+        never_ready, self._never_ready = self._never_ready, None
+        if never_ready is not None:
+            # A run that never became ready is a failure of its own, not a
+            # crash for the restart policy: it ends in FAILED, which says so
+            # in `supervisor status`, and `supervisor start` starts it anew.
+            self._lifecycle.enter(ProcessState.FAILED)
+            self._events.process_exited(self, status, will_restart=False)
+            self._events.process_failed(self, never_ready)
+            return None
         requested, self._restart_requested = self._restart_requested, False
         verdict = after_exit(self.spec, status, tracker, trio.current_time(), restart_requested=requested)
         self._lifecycle.enter(verdict.state)
@@ -192,7 +207,7 @@ class SupervisedProcess:
         task_status.started()
         async with trio.open_nursery() as nursery:
             if self.spec.ready is not None:
-                nursery.start_soon(probe_readiness, self.spec, gate, lambda: run.alive)
+                nursery.start_soon(self._probe, run, gate)
             status = await run.watch()
             nursery.cancel_scope.cancel()
         gate.settle(f"exited before it was ready: {status}")
@@ -200,6 +215,20 @@ class SupervisedProcess:
         assert run.child is not None
         log.log(level, "%s (pid %d) %s", self.name, run.child.pid, status)
         return status
+
+    async def _probe(self, run: Run, gate: ReadyGate) -> None:
+        """Probe readiness beside ``run``; a run whose check does not pass
+        in time is stopped (its stop signal, stop_timeout, SIGKILL) and the
+        process fails, so that nothing is left STARTING with nobody probing.
+        The main process is left running: its own exit decides the outcome."""
+        await probe_readiness(self.spec, gate, lambda: run.alive)
+        reason = await gate.wait()
+        if reason is None or self.spec.main or self.stopping or not run.alive:
+            return
+        log.error("%s %s: stopping it", self.name, reason)
+        self._never_ready = reason
+        self._lifecycle.settle_in(ProcessState.STOPPING)
+        await run.terminate(Deadline(self._stop_budget, reserve=0.0), self.spec.stop_signal)
 
     def _became_ready(self) -> None:
         # Ready while already being stopped changes nothing: STOPPING stays.

@@ -158,8 +158,8 @@ def test_ready_checks(load: Load, ready: str, expected: ReadyCheck) -> None:
     ],
 )
 def test_durations(load: Load, value: str, seconds: float) -> None:
-    config = load(f"grace_period: {value}\nprocesses: [{{name: a, command: x, stop_timeout: {value}}}]")
-    assert config.grace_period == seconds
+    config = load(f"grace_period: 2h\nprocesses: [{{name: a, command: x, stop_timeout: {value}}}]")
+    assert config.grace_period == 7200.0
     assert config.processes[0].stop_timeout == seconds
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,19 +47,21 @@ Start order
   2. metrics                 after web; ready when 127.0.0.1:9100 accepts connections (within 60s)
   background hooks           kubernetes
 
-Shutdown plan (grace period 15s; SIGKILL escalation at 14.75s; hooks end 1s before it)
+Shutdown plan (grace period 15s)
   shutdown_started           kubernetes                            [0s]
-  pre_stop                   sleep, kubernetes                     [0s – D: until drained]
-  1. stop worker             SIGTERM, up to 3s                     [D – D+3s]
+  pre_stop                   sleep, kubernetes                     [from 0s]
+  1. stop worker             SIGTERM, up to 3s                     [pre_stop end +0s – +3s]
      before_process_stop     audit
-  1. stop metrics            SIGTERM, up to 3s                     [D – D+3s]
+  1. stop metrics            SIGTERM, up to 3s                     [pre_stop end +0s – +3s]
      before_process_stop     audit
-  2. stop web                SIGINT, up to 5s                      [D+3s – D+8s]
+  2. stop web                SIGINT, up to 5s                      [pre_stop end +3s – +8s]
      before_process_stop     audit
      after_process_stop      kubernetes
   post_stop                  exec
-  wall                       PID 1 kills what is left (exit 137)   [15s]
-  Stop timeouts claim at most 8s of 15s; they all fit if D <= 7s.
+  SIGKILL                    to every process still running        [14.75s]
+  Stop timeouts claim at most 8s of 15s; they all fit if pre_stop ends within 7s.
+  Kill time 14.75s: SIGKILL to what still runs, 250ms before the grace period ends,
+  so that PID 1 need not step in (at 15s it kills everything and exits 137). Hooks end 1s before the kill.
 
 Event hooks
   process_exited             audit
@@ -72,13 +75,15 @@ Start order
   2. worker                  after web; restart on-failure (at most 5 in 60s)
   2. metrics                 after web; ready when 127.0.0.1:9100 accepts connections (within 60s)
 
-Shutdown plan (grace period 15s; SIGKILL escalation at 14.75s; hooks end 1s before it)
+Shutdown plan (grace period 15s)
   1. stop worker             SIGTERM, up to 3s                     [0s – 3s]
   1. stop metrics            SIGTERM, up to 3s                     [0s – 3s]
   2. stop web                SIGINT, up to 5s                      [3s – 8s]
   post_stop                  -
-  wall                       PID 1 kills what is left (exit 137)   [15s]
+  SIGKILL                    to every process still running        [14.75s]
   Stop timeouts claim at most 8s of 15s; 7s to spare.
+  Kill time 14.75s: SIGKILL to what still runs, 250ms before the grace period ends,
+  so that PID 1 need not step in (at 15s it kills everything and exits 137). Hooks end 1s before the kill.
 """
 
 MINIMAL_PLAN = """\
@@ -87,11 +92,13 @@ Configuration {path} is valid.
 Start order
   1. app (main)
 
-Shutdown plan (grace period 30s; SIGKILL escalation at 29.75s; hooks end 1s before it)
-  1. stop app                SIGTERM, until the deadline           [0s – 30s]
+Shutdown plan (grace period 30s)
+  1. stop app                SIGTERM, until the deadline           [0s – 29.75s]
   post_stop                  -
-  wall                       PID 1 kills what is left (exit 137)   [30s]
+  SIGKILL                    to every process still running        [29.75s]
   Stop timeouts claim nothing: each stop may use whatever is left of the grace period.
+  Kill time 29.75s: SIGKILL to what still runs, 250ms before the grace period ends,
+  so that PID 1 need not step in (at 30s it kills everything and exits 137). Hooks end 1s before the kill.
 """
 
 
@@ -146,7 +153,7 @@ def test_plan_shows_overruns_and_every_ready_kind(load: Load) -> None:
     assert "after a; ready 1.5s after start" in plan
     assert "after b; ready when file /tmp/ok exists (within 2m)" in plan
     assert "after c; ready when socket /run/s accepts connections (within 60s)" in plan
-    assert "  1. stop d                  SIGQUIT, until the deadline           [0s – 10s]" in plan
+    assert "  1. stop d                  SIGQUIT, until the deadline           [0s – 9.75s]" in plan
     assert "  3. stop b                  SIGTERM, up to 6s                     [0s – 6s]" in plan
     assert (
         "  4. stop a                  SIGTERM, up to 8s                     [6s – 14s]  exceeds the grace period"
@@ -176,15 +183,30 @@ def test_plan_for_a_hand_made_config() -> None:
         grace_period=2.0,
     )
     plan = render_plan(config, {})
-    assert "grace period 2s; SIGKILL escalation at 1.9s; hooks end 200ms before it" in plan
+    assert "Shutdown plan (grace period 2s)" in plan
+    assert "Kill time 1.9s: SIGKILL to what still runs, 100ms before the grace period ends," in plan
+    assert "Hooks end 200ms before the kill." in plan
     assert "  1. stop app                SIGTERM, up to 500ms                  [0s – 500ms]" in plan
 
 
 def test_wind_down_sits_beside_pre_stop_and_the_stops_wait_for_it() -> None:
     path = EXAMPLES / "webapp.yaml"
     plan = render_plan(load_config(path, {}), {"wind_down": ["libvirt"]})
-    # No pre_stop: the stops still begin at D, once wind_down is over.
-    assert "  wind_down                  libvirt                               [0s – D: beside pre_stop]\n" in plan
-    assert "  1. stop worker             SIGTERM, up to 3s                     [D – D+3s]\n" in plan
-    assert "pre_stop" not in plan.replace("beside pre_stop", "")
+    # No pre_stop: the stops still wait until wind_down is over.
+    assert "  wind_down                  libvirt                               [from 0s]\n" in plan
+    assert "  1. stop worker             SIGTERM, up to 3s                     [wind_down end +0s – +3s]\n" in plan
+    assert "pre_stop" not in plan
     assert "Event hooks" not in plan
+
+
+def test_plan_has_no_placeholders_and_drains_only_where_a_plugin_says(load: Load) -> None:
+    """No undefined "D", and "until drained" only from a plugin that drains."""
+    config = load("processes: [{name: a, command: x, stop_timeout: 2s}]")
+    plan = render_plan(config, {"pre_stop": ["sleep (sleep 1s)"]})
+    assert not re.search(r"\bD\b", plan)
+    assert "drained" not in plan
+    assert "  1. stop a                  SIGTERM, up to 2s                     [pre_stop end +0s – +2s]" in plan
+    plan = render_plan(config, {"pre_stop": ["kubernetes (until drained: no EndpointSlice routes here)"]})
+    assert "pre_stop                   kubernetes (until drained: no EndpointSlice routes here)" in plan
+    # One kill time, explained once.
+    assert plan.count("29.75s") == 2 and "SIGKILL escalation" not in plan

@@ -25,7 +25,13 @@ BAD_INVOCATIONS = [
     (["run"], "nothing to run"),
     (["-c", "/no/such/file.yaml"], "/no/such/file.yaml"),
     (["check"], "check needs a configuration"),
-    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["frobnicate"], "unknown command 'frobnicate' (commands: run, check, plugins, help, completion, status,"),
+    (["statu"], "unknown command 'statu'; did you mean 'status' or 'start'?"),
+    (
+        ["--grase-period", "5s", "--", "true"],
+        "unrecognized arguments: --grase-period 5s; did you mean '--grace-period'?",
+    ),
+    (["check", "--grace-period", "-1s"], "invalid duration '-1s'"),
 ]
 
 

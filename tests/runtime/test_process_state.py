@@ -137,21 +137,24 @@ async def test_stop_during_backoff_ends_it_stopped() -> None:
     assert state(process) is ProcessState.STOPPED
 
 
-async def test_readiness_failure_keeps_it_starting_and_says_why() -> None:
+async def test_readiness_failure_stops_it_and_it_ends_failed() -> None:
     spec = ProcessSpec(
         name="slow",
         command=("sleep", "30"),
         ready=ReadyCheck(kind="file", target="/nonexistent/ready-marker", timeout=0.3, interval=0.05),
     )
-    process = SupervisedProcess(spec, Recorder())
+    events = Recorder()
+    process = SupervisedProcess(spec, events)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(process.supervise)
             reason = await process.wait_ready()
             assert reason is not None and "not ready within 300ms" in reason
-            assert state(process) is ProcessState.STARTING
-            await process.stop(Deadline(10.0))
-    assert state(process) is ProcessState.STOPPED
+        # Nobody probes it any more: it is stopped, and its state says so.
+    assert state(process) is ProcessState.FAILED
+    assert process.pid is None or not process.running
+    assert process.status is not None and process.status.signal == signal.SIGTERM
+    assert len(events.failed) == 1 and "not ready within 300ms" in events.failed[0]
 
 
 async def test_a_stop_during_the_spawn_stops_what_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from supervisor import PHASES, PROCESS_PHASES, Config, Settings, read_entries, read_phase
+from supervisor import PHASES, PROCESS_PHASES, Config, Settings, plan_entries, read_entries, read_phase
 
 __all__ = ["PHASES", "PROCESS_PHASES", "Command", "ExecSettings", "parse"]
 
@@ -36,6 +36,10 @@ class Command:
 @dataclass(frozen=True, slots=True)
 class ExecSettings:
     commands: tuple[Command, ...]
+
+    def plan(self) -> dict[str, str]:
+        """Where ``supervisor check`` shows this plugin: the phases with commands."""
+        return plan_entries(self.commands)
 
 
 def parse(settings: Settings, config: Config) -> ExecSettings:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from supervisor import PHASES, PROCESS_PHASES, Config, HttpRequest, Settings, read_entries, read_phase
+from supervisor import PHASES, PROCESS_PHASES, Config, HttpRequest, Settings, plan_entries, read_entries, read_phase
 
 __all__ = ["PHASES", "PROCESS_PHASES", "Expect", "HttpSettings", "Request", "parse"]
 
@@ -64,6 +64,10 @@ class Request:
 @dataclass(frozen=True, slots=True)
 class HttpSettings:
     requests: tuple[Request, ...]
+
+    def plan(self) -> dict[str, str]:
+        """Where ``supervisor check`` shows this plugin: the phases with requests."""
+        return plan_entries(self.requests)
 
 
 def parse(settings: Settings, config: Config) -> HttpSettings:

@@ -98,6 +98,16 @@ class KubernetesSettings:
     drain: DrainSettings | None = None
     lease: LeaseSettings | None = None
 
+    def plan(self) -> dict[str, str]:
+        """Where ``supervisor check`` shows this plugin: reading the pod,
+        the drain and the Lease hand-over, where configured."""
+        plan = {"shutdown_started": "read the pod's deadline"}
+        if self.drain is not None:
+            plan["pre_stop"] = "until drained: no EndpointSlice routes here"
+        if self.lease is not None:
+            plan[f"after_process_stop:{self.lease.process}"] = "release its Leases"
+        return plan
+
 
 _TOP_KEYS = (
     "kubeconfig",

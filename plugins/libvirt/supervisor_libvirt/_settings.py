@@ -56,6 +56,14 @@ class LibvirtSettings:
     hook_timeout: float | None = None  # the host's per-hook limit, which also bounds us
     enforcer: EnforcerSettings = field(default_factory=EnforcerSettings)
 
+    def plan(self) -> dict[str, str]:
+        """Where ``supervisor check`` shows this plugin: the guests' shutdown
+        before the supervised libvirtd stops, or beside pre_stop without one."""
+        what = "save the guests" if self.mode == "managedsave" else "shut the guests down"
+        if self.process is not None:
+            return {f"before_process_stop:{self.process}": what}
+        return {"wind_down": what}
+
 
 def parse(settings: Settings, config: Config) -> LibvirtSettings:
     """Read the section; problems are recorded in ``settings`` (the host reports them)."""

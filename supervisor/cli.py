@@ -430,7 +430,7 @@ def command_parser(host: PluginHost | None) -> _Parser:
         description="Print a completion script for bash or zsh, made from this command line; "
         "process names are completed from the running supervisor's control socket.",
     )
-    completion.add_argument("shell", choices=["bash", "zsh"])
+    completion.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete for")
     completion.set_defaults(handler=lambda ns: _completion(parser, ns.shell))
     for name, (text, client_sub) in subcommands(control_parser()).items():
         # The control commands run in their own stdlib-only client (the

@@ -23,6 +23,7 @@ from typing import Any
 from .._cliparse import Parser as _Parser
 from .._cliparse import UsageError as _Usage
 from .._units import format_duration
+from .present import STATE_STYLES, Colours, format_log_line, json_line, only_processes, parse_since
 from .protocol import SOCKET_ENV, client_candidates
 
 __all__ = ["ControlClient", "SupervisorUnreachable", "control_parser", "main"]
@@ -131,6 +132,7 @@ def control_parser() -> _Parser:
         return sub.add_parser(name, help=text, parents=[common])
 
     status = command("status", "one row per process, the health checks and any shutdown under way")
+    status.add_argument("names", nargs="*", metavar="NAME", help="only these processes (default: every one)")
     status.add_argument(
         "-o", "--output", choices=["text", "json"], default="text", help="a table (default), or the answer as JSON"
     )
@@ -146,12 +148,28 @@ def control_parser() -> _Parser:
     logs.add_argument("name", nargs="?", metavar="NAME", help="the process whose lines to show (default: every one)")
     logs.add_argument("-n", "--lines", type=_count, default=10, metavar="N", help="how many (default 10)")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.add_argument(
+        "-t", "--timestamps", action="store_true", help="begin each line with its time (UTC) and stream (stdout/stderr)"
+    )
+    logs.add_argument(
+        "--since", metavar="WHEN", type=_since, help="only lines since then: a duration ago (10m) or a time (ISO 8601)"
+    )
+    logs.add_argument(
+        "-o", "--output", choices=["text", "json"], default="text", help="text (default) or one JSON object per line"
+    )
     health = command("health", "exit 0 if healthy, 1 if not (for exec probes)")
     health.add_argument(
         "--level", choices=["alive", "ready"], default="ready", help="the question the probe asks (default ready)"
     )
     health.add_argument("-q", "--quiet", action="store_true", help="print nothing, only the exit status")
     return parser
+
+
+def _since(text: str) -> float:
+    try:
+        return parse_since(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _count(text: str) -> int:
@@ -189,12 +207,7 @@ def main(args: Sequence[str]) -> int:
 def _run(ns: argparse.Namespace, client: ControlClient) -> int:
     command = ns.command
     if command == "status":
-        answer = client.request({"command": "status"})
-        if ns.output == "json":
-            print(json.dumps(answer, indent=2))
-        else:
-            print(render_status(answer), end="")
-        return 0
+        return _status(ns, client)
     if command in ("start", "stop", "restart"):
         answer = client.request({"command": command, "names": ns.names})
         for message in answer.get("messages", []):
@@ -217,18 +230,35 @@ def _run(ns: argparse.Namespace, client: ControlClient) -> int:
     return 0 if healthy else FAILED
 
 
+def _status(ns: argparse.Namespace, client: ControlClient) -> int:
+    try:
+        answer = only_processes(client.request({"command": "status"}), ns.names)
+    except ValueError as exc:
+        raise RequestFailed(str(exc)) from None
+    if ns.output == "json":
+        print(json.dumps(answer, indent=2))
+    else:
+        print(render_status(answer, Colours(sys.stdout)), end="")
+    return 0
+
+
 def _logs(ns: argparse.Namespace, client: ControlClient) -> int:
     request = {"command": "logs", "name": ns.name, "lines": ns.lines, "follow": ns.follow}
+    if ns.since is not None:
+        request["since"] = ns.since
     many = ns.name is None
     out = sys.stdout
+    colours = Colours(out)
     for message in client.stream(request):
         if message.get("ok") is False:
             raise RequestFailed(str(message.get("error")))
         if "dropped" in message:
             print(f"supervisor logs: {message['dropped']} line(s) skipped: this client fell behind", file=sys.stderr)
         if "line" in message:
-            prefix = f"[{message.get('process')}] " if many else ""
-            out.write(f"{prefix}{message['line']}\n")
+            if ns.output == "json":
+                out.write(json_line(message) + "\n")
+            else:
+                out.write(format_log_line(message, many=many, timestamps=ns.timestamps, colours=colours) + "\n")
             if ns.follow:
                 out.flush()
         if message.get("ok") is True:
@@ -243,17 +273,24 @@ def _logs(ns: argparse.Namespace, client: ControlClient) -> int:
 _COLUMNS = ("NAME", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT", "READY", "CHECKS")
 
 
-def render_status(answer: dict[str, Any]) -> str:
+def render_status(answer: dict[str, Any], colours: Colours | None = None) -> str:
     """The text of ``supervisor status``: a header, one row per process,
     plugin lines, the shutdown if one is under way."""
     me = answer.get("supervisor", {})
-    verdicts = f"{'alive' if answer.get('alive') else 'NOT ALIVE'}, {'ready' if answer.get('ready') else 'not ready'}"
+    paint = colours.paint if colours is not None else (lambda text, style: text)
+    alive = "alive" if answer.get("alive") else paint("NOT ALIVE", "red")
+    verdicts = f"{alive}, {'ready' if answer.get('ready') else paint('not ready', 'yellow')}"
     lines = [f"supervisor {me.get('version', '?')} (pid {me.get('pid', '?')}), up {_age(me.get('uptime'))}: {verdicts}"]
     rows = [list(_COLUMNS)]
     for process in answer.get("processes", []):
         rows.append(_status_row(process))
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
-    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    for number, row in enumerate(rows):
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        # Painted after the padding: the escapes take no room on the screen.
+        if number:
+            cells[1] = paint(cells[1], STATE_STYLES.get(row[1]))
+        lines.append("  ".join(cells).rstrip())
     pod_checks = [check for check in answer.get("checks", []) if check.get("process") is None]
     for check in pod_checks:
         lines.append(f"check {check['name']} ({check['level']}): {_check_word(check)}")

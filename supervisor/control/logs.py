@@ -58,15 +58,18 @@ class LogRing:
         for follower in tuple(self._followers):
             follower(entry)
 
-    def recent(self, process: str | None, count: int) -> list[LogLine]:
+    def recent(self, process: str | None, count: int, *, since: float | None = None) -> list[LogLine]:
         """The last ``count`` lines of one process, or of all of them in the
-        order they arrived."""
+        order they arrived; with ``since`` (epoch seconds), of those from then on."""
         if count <= 0:
             return []
         if process is not None:
-            return list(self._rings.get(process, ()))[-count:]
-        merged = sorted((line for ring in self._rings.values() for line in ring), key=lambda line: line.time)
-        return merged[-count:]
+            lines = list(self._rings.get(process, ()))
+        else:
+            lines = sorted((line for ring in self._rings.values() for line in ring), key=lambda line: line.time)
+        if since is not None:
+            lines = [line for line in lines if line.time >= since]
+        return lines[-count:]
 
     def follow(self, follower: Follower) -> Callable[[], None]:
         """Call ``follower`` for every new line; returns the function that stops it."""

@@ -197,7 +197,7 @@ class ControlServer:
         if ask.follow:
             await self._follow(ask, stream, send)
             return
-        for line in self.ring.recent(ask.name, ask.lines):
+        for line in self.ring.recent(ask.name, ask.lines, since=ask.since):
             await send(line.as_dict())
         await send({"ok": True})
 
@@ -229,7 +229,7 @@ class ControlServer:
 
         unsubscribe = self.ring.follow(on_line)
         try:
-            for line in self.ring.recent(ask.name, ask.lines):
+            for line in self.ring.recent(ask.name, ask.lines, since=ask.since):
                 await send(line.as_dict())
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_cancel_on_eof, stream, nursery.cancel_scope)
@@ -249,6 +249,7 @@ class _LogsRequest:
     name: str | None
     lines: int
     follow: bool
+    since: float | None = None  # seconds since the epoch: only lines from then on
 
     @classmethod
     def parse(cls, request: dict[str, Any]) -> _LogsRequest:
@@ -258,7 +259,10 @@ class _LogsRequest:
         count = request.get("lines", _DEFAULT_LINES)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise ControlError('"lines" must be a number of lines, 0 or more')
-        return cls(name, count, request.get("follow", False) is True)
+        since = request.get("since")
+        if since is not None and (not isinstance(since, int | float) or isinstance(since, bool)):
+            raise ControlError('"since" must be a time in seconds since the epoch')
+        return cls(name, count, request.get("follow", False) is True, since)
 
 
 def _sender(stream: trio.SocketStream) -> Callable[[object], Awaitable[None]]:

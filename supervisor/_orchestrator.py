@@ -13,7 +13,7 @@ import logging
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ from ._plan import ShutdownPlan
 from ._status import ExitStatus
 from ._timeline import Timeline
 from ._units import PIPE_RELAY, SHUTDOWN_SIGNALS, format_duration, signal_name
-from .config import Config, start_levels
+from .config import Config, ProcessSpec, start_levels
 from .control.service import Services
 from .runtime import SupervisedProcess
 from .runtime.output import install_std_streams
@@ -63,7 +63,7 @@ class ShutdownRequest:
     main_stop_signal: int | None = None
 
 
-def run_orchestrator(
+def run_orchestrator(  # noqa: PLR0913 - each is one fact of the start, passed on once
     config: Config,
     host: HookRunner,
     *,
@@ -71,6 +71,7 @@ def run_orchestrator(
     status_fd: int | None = None,
     inherited_fds: tuple[int, ...] = (),
     main_started: subprocess.Popen[bytes] | None = None,
+    reload: Callable[[], Config] | None = None,
 ) -> int:
     # From here on no write to stdout/stderr can block the event loop.
     install_std_streams()
@@ -80,6 +81,8 @@ def run_orchestrator(
     orchestrator = Orchestrator(
         config, host, early=early, inherited_fds=inherited_fds, main_started=main_started, status=status
     )
+    if reload is not None:
+        orchestrator.allow_replan(reload)
     return trio.run(orchestrator.run)
 
 
@@ -96,20 +99,18 @@ class Orchestrator:
     ) -> None:
         self.config = config
         self.host = host
+        self._inherited_fds = inherited_fds
+        # Reads the file again for `supervisor replan` (the command line's
+        # options applied on top); None: nothing to re-read.
+        self._reload: Callable[[], Config] | None = None
         # The init layer hears of the wall and the phases here (see _initpipe).
         self.status = status or StatusPipe(None)
         self.early = early
         self.processes = {
-            spec.name: SupervisedProcess(
-                spec,
-                self,
-                inherited_fds=inherited_fds,
-                already_started=main_started if spec.main else None,
-                stop_budget=config.grace_period,
-            )
+            spec.name: self.new_process(spec, already_started=main_started if spec.main else None)
             for spec in config.processes
         }
-        self.levels = [[self.processes[spec.name] for spec in level] for level in start_levels(config)]
+        self.levels = self._levels(config)
         self.main = next((p for p in self.processes.values() if p.spec.main), None)
         self.main_exited = trio.Event()
         self.shutdown_requested = trio.Event()
@@ -123,6 +124,39 @@ class Orchestrator:
         self._start_up_scope: trio.CancelScope | None = None
         # Control socket, health checks, probe listener (supervisor/control).
         self.services = Services(self, fail=self._fail)
+
+    def _levels(self, config: Config) -> list[list[SupervisedProcess]]:
+        return [[self.processes[spec.name] for spec in level] for level in start_levels(config)]
+
+    # -- Replannable (supervisor/control/replan.py) ----------------------------------
+
+    def new_process(
+        self, spec: ProcessSpec, already_started: subprocess.Popen[bytes] | None = None
+    ) -> SupervisedProcess:
+        return SupervisedProcess(
+            spec,
+            self,
+            inherited_fds=self._inherited_fds,
+            already_started=already_started,
+            stop_budget=self.config.grace_period,
+        )
+
+    def allow_replan(self, reload: Callable[[], Config]) -> None:
+        """``supervisor replan`` reads the configuration again with ``reload``."""
+        self._reload = reload
+        self.services.allow_replan(self)
+
+    def reload_config(self) -> Config:
+        if self._reload is None:
+            raise RuntimeError("reload_config() without a file to re-read")
+        return self._reload()
+
+    def adopt(self, config: Config) -> None:
+        if config.grace_period != self.config.grace_period:
+            # PID 1's wall follows (supervisor/_initpipe.py).
+            self.status.grace(config.grace_period)
+        self.config = config
+        self.levels = self._levels(config)
 
     # -- the program ----------------------------------------------------------
 

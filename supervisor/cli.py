@@ -283,8 +283,34 @@ def run_main(
     from ._orchestrator import run_orchestrator  # trio: ~70 ms, after the spawn
 
     return run_orchestrator(
-        config, hooks, early=early, status_fd=status_fd, inherited_fds=inherited_fds, main_started=started
+        config,
+        hooks,
+        early=early,
+        status_fd=status_fd,
+        inherited_fds=inherited_fds,
+        main_started=started,
+        reload=(lambda: reload_config(options)) if options.config_path else None,
     )
+
+
+def reload_config(options: RunOptions) -> Config:
+    """The file read again for ``supervisor replan``, the command line
+    applied, checked as completely as at start (budget, plugins' sections);
+    raises ConfigError with every problem."""
+    from ._pluginhost import PluginHost
+    from .config import ConfigError, Position, budget_problems
+
+    try:
+        config = build_config(options)
+    except UsageError as exc:
+        raise ConfigError.at(Position(options.config_path or "-", 1, 1), str(exc)) from None
+    problems = budget_problems(config)
+    if problems:
+        raise ConfigError(problems)
+    if config.plugins:
+        # A host of its own: the running plugins keep their settings.
+        PluginHost.discover().enable(config)
+    return config
 
 
 def prespawn_main(

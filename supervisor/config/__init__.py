@@ -6,7 +6,7 @@
 orchestrator and ``supervisor check``.
 """
 
-from ._effective import effective_config
+from ._effective import effective_config, plain_settings
 from ._errors import ConfigError, Problem
 from ._load import load_config
 from ._model import (
@@ -41,6 +41,7 @@ __all__ = [
     "budget_problems",
     "effective_config",
     "load_config",
+    "plain_settings",
     "render_plan",
     "start_levels",
     "stop_levels",

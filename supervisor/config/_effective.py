@@ -19,7 +19,7 @@ from .._units import format_duration, signal_name
 from ._model import Backoff, Config, HealthCheck, ProcessSpec, ReadyCheck
 from ._settings import Settings
 
-__all__ = ["MASK", "effective_config"]
+__all__ = ["MASK", "effective_config", "plain_settings"]
 
 MASK = "***"
 _SECRET_NAME = re.compile(r"pass(word|wd)?|secret|token|credential|private|api[_-]?key|(^|[_-])key$", re.IGNORECASE)
@@ -42,14 +42,15 @@ def effective_config(config: Config) -> str:
             "listen": None if config.health.listen is None else "{}:{}".format(*config.health.listen),
             "checks": [_check(check) for check in config.health.checks if check.process is None],
         },
-        "plugins": {name: _masked(_plain(settings)) for name, settings in config.plugins.items()},
+        "plugins": {name: _masked(plain_settings(settings)) for name, settings in config.plugins.items()},
         "processes": [_process(spec, config) for spec in config.processes],
     }
     header = f"# effective configuration of {config.path}\n" if config.path else "# effective configuration\n"
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
 
 
-def _plain(settings: object) -> object:
+def plain_settings(settings: object) -> object:
+    """A plugin's section as plain data (dicts, lists, str...), to print or compare."""
     if isinstance(settings, Settings):
         keys = settings.keys()
         return {key: settings.raw(key) for key in keys}

@@ -1,4 +1,4 @@
-"""``supervisor status|start|stop|restart|signal|logs|health``: the CLI's side
+"""``supervisor status|start|stop|restart|signal|logs|health|replan``: the CLI's side
 of the control socket.
 
 Stdlib only and no trio: these run inside ``kubectl exec`` (and ``health``
@@ -162,6 +162,11 @@ def control_parser() -> _Parser:
         "--level", choices=["alive", "ready"], default="ready", help="the question the probe asks (default ready)"
     )
     health.add_argument("-q", "--quiet", action="store_true", help="print nothing, only the exit status")
+    replan = command(
+        "replan",
+        "read the configuration file again and start, stop and restart what changed (the rest is left alone)",
+    )
+    replan.add_argument("-n", "--dry-run", action="store_true", help="show the changes, change nothing")
     return parser
 
 
@@ -187,7 +192,7 @@ def main(args: Sequence[str]) -> int:
         return USAGE_ERROR
     # start/stop/restart take as long as the process's readiness timeout or
     # stop_timeout, which the supervisor enforces; a follow has no end.
-    waits = ns.command in ("start", "stop", "restart") or (ns.command == "logs" and ns.follow)
+    waits = ns.command in ("start", "stop", "restart", "replan") or (ns.command == "logs" and ns.follow)
     client = ControlClient(ns.socket or None, timeout=None if waits else _TIMEOUT)
     try:
         return _run(ns, client)
@@ -220,6 +225,8 @@ def _run(ns: argparse.Namespace, client: ControlClient) -> int:
         return 0
     if command == "logs":
         return _logs(ns, client)
+    if command == "replan":
+        return _replan(ns, client)
     answer = client.request({"command": "health", "level": ns.level})
     healthy = bool(answer.get("healthy"))
     if not ns.quiet:
@@ -228,6 +235,32 @@ def _run(ns: argparse.Namespace, client: ControlClient) -> int:
         else:
             print(f"{ns.level}: failing: " + "; ".join(answer.get("reasons", [])))
     return 0 if healthy else FAILED
+
+
+def _replan(ns: argparse.Namespace, client: ControlClient) -> int:
+    """The changes, then what was done; an invalid file: its problems, one
+    per line with their positions (nothing changed), and exit 2 as for
+    `supervisor check`."""
+    for answer in client.stream({"command": "replan", "dry_run": ns.dry_run}):
+        if answer.get("ok") is False:
+            problems = answer.get("problems")
+            if not problems:
+                raise RequestFailed(str(answer.get("error", "refused")))
+            for problem in problems:
+                print(problem, file=sys.stderr)
+            print(f"{PROG} replan: {answer.get('error')}", file=sys.stderr)
+            return USAGE_ERROR
+        changes = answer.get("changes", [])
+        for line in changes:
+            print(line)
+        if not any(line[:1] in "+-~!" for line in changes):
+            print("nothing to change")
+        elif ns.dry_run:
+            print("(dry run: nothing was changed)")
+        for message in answer.get("messages", []):
+            print(message)
+        return 0
+    raise SupervisorUnreachable("the supervisor closed the connection without an answer")
 
 
 def _status(ns: argparse.Namespace, client: ControlClient) -> int:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..health.board import Board, Verdict
     from ..runtime import SupervisedProcess
+    from .replan import Replanner
 
 __all__ = ["ControlError", "Operations", "ShutdownView"]
 
@@ -65,7 +66,8 @@ class Operations:
         self._shutdown = shutdown
         self._timeline = timeline
         self.nursery: trio.Nursery | None = None  # the orchestrator's supervised nursery
-        self._locks = {name: trio.Lock() for name in processes}
+        self.locks = {name: trio.Lock() for name in processes}
+        self.replanner: Replanner | None = None  # when there is a file to read again
         self.started = time.monotonic()
 
     # -- looking ----------------------------------------------------------------
@@ -172,7 +174,7 @@ class Operations:
         for one process never interleave)."""
         messages = []
         for process in processes:
-            async with self._locks[process.name]:
+            async with self.locks[process.name]:
                 messages.append(await act(process))
         return messages
 
@@ -216,6 +218,15 @@ class Operations:
         if not process.state.final:
             await self._stop_one(process)
         return (await self._start_one(process)).replace(" started ", " restarted ", 1)
+
+    async def replan(self, *, dry_run: bool) -> dict[str, object]:
+        """``supervisor replan`` (see ``supervisor.control.replan``)."""
+        if self.replanner is None:
+            raise ControlError("nothing to replan: the supervisor was started without a configuration file (-c)")
+        self._refuse_during_shutdown("replan")
+        answer = await self.replanner.replan(dry_run=dry_run)
+        self.config = self.replanner.pod.config
+        return answer
 
     def _refuse_pending(self, processes: Sequence[SupervisedProcess]) -> None:
         for process in processes:

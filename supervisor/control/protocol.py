@@ -14,6 +14,7 @@ A request::
     {"command": "signal", "name": "worker", "signal": "HUP"}
     {"command": "logs", "name": "worker", "lines": 20, "follow": true}
     {"command": "health", "level": "ready"}
+    {"command": "replan", "dry_run": true}
 
 An answer: ``{"ok": true, ...}`` or ``{"ok": false, "error": "one line"}``.
 ``logs`` first sends one ``{"line": ..., "process": ..., "stream": ...,
@@ -44,7 +45,7 @@ __all__ = [
 SOCKET_ENV = "SUPERVISOR_SOCKET"
 SOCKET_NAME = "control.sock"
 RUN_DIR = "/run/supervisor"
-COMMANDS = ("status", "start", "stop", "restart", "signal", "logs", "health")
+COMMANDS = ("status", "start", "stop", "restart", "signal", "logs", "health", "replan")
 # A request is a small JSON object; anything longer is not one.
 MAX_REQUEST = 64 * 1024
 

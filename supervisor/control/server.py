@@ -24,7 +24,7 @@ import trio
 from ..runtime.capture import captured
 from .logs import LogLine, LogRing
 from .operations import ControlError, Operations
-from .protocol import MAX_REQUEST, peer_allowed, prepare_directory
+from .protocol import COMMANDS, MAX_REQUEST, peer_allowed, prepare_directory
 
 __all__ = ["ControlServer"]
 
@@ -178,15 +178,15 @@ class ControlServer:
             if not isinstance(name, str) or not isinstance(signal_text, str | int):
                 raise ControlError('signal needs "name" and "signal"')
             return {"ok": True, "messages": [ops.signal(name, str(signal_text))]}
+        if command == "replan":
+            return await ops.replan(dry_run=request.get("dry_run") is True)
         if command == "health":
             level = request.get("level", "ready")
             if level not in ("alive", "ready"):
                 raise ControlError(f"unknown health level {level!r}: use alive or ready")
             verdict = ops.health(level)
             return {"ok": True, "healthy": verdict.ok, "level": level, "reasons": list(verdict.reasons)}
-        raise ControlError(
-            f"unknown command {command!r} (commands: status, start, stop, restart, signal, logs, health)"
-        )
+        raise ControlError(f"unknown command {command!r} (commands: {', '.join(COMMANDS)})")
 
     async def _logs(
         self, request: dict[str, Any], stream: trio.SocketStream, send: Callable[[object], Awaitable[None]]

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .._timeline import Timeline
     from ..config import Config
     from ..runtime import SupervisedProcess
+    from .replan import Replannable
 
 __all__ = ["Pod", "Services"]
 
@@ -68,6 +69,12 @@ class Services:
             from ..health.monitor import HealthMonitor
 
             self.monitor = HealthMonitor(pod.config, pod.processes, self.board, fail=fail)
+
+    def allow_replan(self, pod: Replannable) -> None:
+        """Serve ``replan`` requests (see ``supervisor.control.replan``)."""
+        from .replan import Replanner
+
+        self.operations.replanner = Replanner(pod, nursery=lambda: self.operations.nursery, locks=self.operations.locks)
 
     def _shutdown_view(self) -> ShutdownView | None:
         shutdown, deadline = self.pod.shutdown, self.pod.deadline

@@ -64,7 +64,11 @@ class HealthMonitor:
         state = self.board.checks[check.name]
         run: int | None = None
         while True:
-            if process is not None and process.state is not ProcessState.RUNNING:
+            if check.process:
+                # Looked up each time: `supervisor replan` may have replaced
+                # the process (a new object) or removed it (None: idle).
+                process = self.processes.get(check.process)
+            if check.process and (process is None or process.state is not ProcessState.RUNNING):
                 if state.up is not None or state.failures:
                     self.board.reset(check.name)
                 run = None

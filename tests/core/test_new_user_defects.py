@@ -225,3 +225,63 @@ def test_no_processes_says_so_and_no_main_ends_with_a_status_line(tmp_path: Path
         sup.signal(signal.SIGTERM)
         assert sup.wait() == 0
     assert "exiting with status 0 (no main process; received SIGTERM)" in sup.output
+
+
+# -- 10: docs that agree with the program ------------------------------------------------
+
+ROOT = EXAMPLES.parent
+
+
+def test_readme_names_what_make_demo_runs_and_what_suffices() -> None:
+    readme = (ROOT / "README.md").read_text()
+    demo = (ROOT / "examples" / "demo.sh").read_text()
+    assert "CONFIG=${DEMO_CONFIG:-examples/demo.yaml}" in demo
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "make demo   # runs the supervisor as PID 1 of a new PID namespace on examples/demo.yaml" in quick_start
+    assert "Use it by hand after `make demo`" in quick_start
+
+
+def test_readme_timeline_has_the_rows_a_run_prints(tmp_path: Path) -> None:
+    """The example's rows are what a run of the demo's shape prints: one row
+    per hook or stop, no row for the wall, and the closing lines."""
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("shutdown timeline (received SIGTERM;", 1)[1].split("```", 1)[0].splitlines()[1:]
+    labels = [" ".join(line.split()[3:5]) for line in example if line.startswith("  +")]
+    assert labels == ["pre_stop sleep:", "stop metrics", "stop worker", "stop web", "post_stop exec:"]
+    assert example[-2].startswith("  done ") and example[-1].startswith("exiting with status 0")
+    path = write_config(
+        tmp_path,
+        """
+        grace_period: 15s
+        plugins:
+          sleep: {seconds: 100ms}
+          exec: {commands: [{phase: post_stop, name: cleanup, command: [true]}]}
+        processes:
+          - {name: web, main: true, command: [sh, -c, "echo up; exec sleep 60"]}
+          - {name: worker, command: [sleep, "60"], depends_on: [web], stop_timeout: 3s}
+          - {name: metrics, command: [sleep, "60"], depends_on: [web], stop_timeout: 3s}
+        """,
+    )
+    with Supervisor(["-c", path]) as sup:
+        wait_status(sup, lambda a: all(p["state"] == "running" for p in a["processes"]))
+        sup.signal(signal.SIGTERM)
+        assert sup.wait() == 143, sup.output
+    rows = [line.split("]   +", 1)[1] for line in sup.stderr_lines if "]   +" in line]
+    ran = sorted(" ".join(row.split()[2:4]) for row in rows)
+    assert ran == sorted(labels), sup.output
+    assert any("  done " in line and "before the wall at +15.000s" in line for line in sup.stderr_lines)
+
+
+def test_docs_document_what_the_program_does() -> None:
+    configuration = (ROOT / "docs" / "configuration.md").read_text()
+    for form in ("${VAR}", "${VAR:-default}", "${VAR-default}", "${VAR:?message}", "${VAR?message}"):
+        assert f"`{form}`" in configuration, form
+    on_failure = next(line for line in configuration.splitlines() if line.startswith("| `on_failure` |"))
+    assert "readiness check that did not pass within its `timeout`" in on_failure
+    control = (ROOT / "docs" / "control.md").read_text()
+    from supervisor.control.protocol import COMMANDS
+
+    table = control.split("## Commands", 1)[1].split("\n\n", 2)[1]
+    for command in COMMANDS:
+        assert f"`supervisor {command}" in table, command
+    assert "`supervisor check` lists every check, the listener and the socket." not in control

@@ -224,6 +224,11 @@ class Operations:
         if self.replanner is None:
             raise ControlError("nothing to replan: the supervisor was started without a configuration file (-c)")
         self._refuse_during_shutdown("replan")
+        waiting = [p.name for p in self.processes.values() if p.state is ProcessState.PENDING]
+        if waiting:
+            # Start-up walks the start levels it began with: a replan now
+            # would race it.
+            raise ControlError(f"cannot replan yet: start-up is not over ({', '.join(waiting)} not started)")
         answer = await self.replanner.replan(dry_run=dry_run)
         self.config = self.replanner.pod.config
         return answer

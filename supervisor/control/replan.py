@@ -170,9 +170,11 @@ class Replanner:
         *,
         nursery: Callable[[], trio.Nursery | None],
         locks: MutableMapping[str, trio.Lock],
+        shutting_down: Callable[[], bool],
     ) -> None:
         self.pod = pod
         self._nursery = nursery
+        self._shutting_down = shutting_down
         self._locks = locks  # the control operations' per-process locks
         self._lock = trio.Lock()
 
@@ -221,6 +223,10 @@ class Replanner:
         coming = {*changes.added, *changes.changed}
         for level in start_levels(new):
             starting = [processes[spec.name] for spec in level if spec.name in coming]
+            if starting and self._shutting_down():
+                # The shutdown plan stops what runs; nothing new may start.
+                messages += [f"{p.name} not started: the supervisor is shutting down" for p in starting]
+                continue
             messages += await self._start_level(starting)
         return messages
 

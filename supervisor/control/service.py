@@ -74,7 +74,12 @@ class Services:
         """Serve ``replan`` requests (see ``supervisor.control.replan``)."""
         from .replan import Replanner
 
-        self.operations.replanner = Replanner(pod, nursery=lambda: self.operations.nursery, locks=self.operations.locks)
+        self.operations.replanner = Replanner(
+            pod,
+            nursery=lambda: self.operations.nursery,
+            locks=self.operations.locks,
+            shutting_down=lambda: self.pod.shutdown is not None,
+        )
 
     def _shutdown_view(self) -> ShutdownView | None:
         shutdown, deadline = self.pod.shutdown, self.pod.deadline

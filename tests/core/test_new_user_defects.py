@@ -136,6 +136,14 @@ def test_check_shows_only_the_hooks_that_will_act() -> None:
     assert "until drained" not in plan
 
 
+def test_check_shows_libvirt_only_before_the_process_it_acts_on() -> None:
+    result = ctl(None, "check", "-c", str(EXAMPLES / "libvirt" / "pod.yaml"))
+    assert result.returncode == 0, result.stderr
+    rows = result.stdout.splitlines()
+    (hook,) = [i for i, line in enumerate(rows) if "libvirt (shut the guests down)" in line]
+    assert rows[hook].lstrip().startswith("before_process_stop") and "stop libvirtd" in rows[hook - 1], rows
+
+
 def test_one_exec_command_is_one_timeline_row_and_no_wall_row(tmp_path: Path) -> None:
     path = write_config(
         tmp_path,

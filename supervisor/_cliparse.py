@@ -14,7 +14,15 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import NoReturn
 
-__all__ = ["Parser", "UsageError", "did_you_mean", "join_option_values", "option_strings", "subcommands"]
+__all__ = [
+    "Parser",
+    "UsageError",
+    "describe_commands",
+    "did_you_mean",
+    "join_option_values",
+    "option_strings",
+    "subcommands",
+]
 
 
 class UsageError(Exception):
@@ -66,6 +74,14 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, tuple[str, argpars
             for name, sub in action.choices.items():
                 found[name] = (helps.get(name, ""), sub)
     return found
+
+
+def describe_commands(parser: argparse.ArgumentParser) -> None:
+    """Give each subcommand without a description its one line, as a
+    sentence, so that ``supervisor COMMAND --help`` says what it is for."""
+    for text, command in subcommands(parser).values():
+        if not command.description and text:
+            command.description = text[:1].upper() + text[1:] + "."
 
 
 def join_option_values(args: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from . import __version__
 from ._cliparse import Parser as _Parser
-from ._cliparse import UsageError, did_you_mean, join_option_values, subcommands
+from ._cliparse import UsageError, describe_commands, did_you_mean, join_option_values, subcommands
 from ._units import FORWARDABLE_SIGNALS, parse_duration, parse_grace_period, parse_signal, signal_name
 
 if TYPE_CHECKING:
@@ -472,6 +472,7 @@ def command_parser(host: PluginHost | None) -> _Parser:
         )
     if host is not None:
         host.add_commands(sub)
+    describe_commands(parser)
     return parser
 
 
@@ -503,10 +504,7 @@ def _help(parser: _Parser, host: PluginHost | None, topic: str | None) -> int:
     found = subcommands(parser).get(topic)
     if found is None:
         raise UsageError(f"no command {topic!r}{did_you_mean(topic, subcommands(parser))}")
-    text, command = found
-    # The control commands' parsers carry their one line as help only.
-    command.description = command.description or text[:1].upper() + text[1:] + "."
-    command.print_help()
+    found[1].print_help()
     return 0
 
 

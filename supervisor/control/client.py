@@ -22,6 +22,7 @@ from typing import Any
 
 from .._cliparse import Parser as _Parser
 from .._cliparse import UsageError as _Usage
+from .._cliparse import describe_commands
 from .._units import format_duration
 from .present import STATE_STYLES, Colours, format_log_line, json_line, only_processes, parse_since
 from .protocol import SOCKET_ENV, client_candidates
@@ -167,6 +168,7 @@ def control_parser() -> _Parser:
         "read the configuration file again and start, stop and restart what changed (the rest is left alone)",
     )
     replan.add_argument("-n", "--dry-run", action="store_true", help="show the changes, change nothing")
+    describe_commands(parser)
     return parser
 
 

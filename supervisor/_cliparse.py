@@ -9,7 +9,6 @@ it must start in milliseconds.
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 from collections.abc import Iterable, Sequence
 from typing import NoReturn
@@ -32,6 +31,10 @@ class UsageError(Exception):
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """``; did you mean 'status'?`` for a near miss (the two nearest when
     both are near), else nothing."""
+    # Imported here: only a mistake needs it, and `supervisor health` runs
+    # as an exec probe every few seconds.
+    import difflib
+
     close = difflib.get_close_matches(word, list(choices), n=2, cutoff=0.6)
     return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 

@@ -8,7 +8,6 @@ or ``grep``, the output is plain text.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import time
@@ -61,6 +60,8 @@ def parse_since(text: str, now: float | None = None) -> float:
         return now - parse_duration(text)
     except ValueError:
         pass
+    import datetime  # (here: `supervisor status` and `health` need none of it)
+
     try:
         moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -76,6 +77,8 @@ def format_log_line(message: dict[str, Any], *, many: bool, timestamps: bool, co
     --timestamps``) and stream."""
     parts = []
     if timestamps:
+        import datetime
+
         moment = datetime.datetime.fromtimestamp(float(message.get("time", 0.0)), datetime.UTC)
         parts.append(colours.paint(moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z", "dim"))
         stream = str(message.get("stream", ""))

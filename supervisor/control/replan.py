@@ -236,7 +236,9 @@ class Replanner:
         main = old.main
         if main is None:
             return replace(new, processes=tuple(spec for spec in new.processes if not spec.main))
-        kept = [main if spec.main else spec for spec in new.processes]
+        # (A new process under the running main's name is not started: the
+        # main process keeps its name until the container restarts.)
+        kept = [main if spec.main else spec for spec in new.processes if spec.main or spec.name != main.name]
         if main not in kept:
             kept.append(main)  # gone from the file, still running
         return replace(new, processes=tuple(kept))

@@ -69,6 +69,12 @@ def test_help_command_explains_one_command() -> None:
     assert "One row per process" in result.stdout and "a table (default), or the answer as JSON" in result.stdout
     assert "--effective" in ctl(None, "help", "check").stdout
     assert "did you mean 'status'" in one_line_error(ctl(None, "help", "statsu"))
+    # Options of the control commands, too (their own stdlib-only parser).
+    line = one_line_error(ctl(None, "logs", "--timestmps"))
+    assert (
+        line
+        == "supervisor: unrecognized arguments: --timestmps; did you mean '--timestamps'? (see supervisor logs --help)"
+    )
 
 
 def test_every_argument_of_every_command_says_what_it_is_for() -> None:

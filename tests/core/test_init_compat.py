@@ -19,7 +19,10 @@ def test_subreaper_sweep_terms_grandchildren_that_re_parent(tmp_path: Path) -> N
     # dumb-init's test: the grandchild traps TERM and must get it (and the
     # exit must not wait for the grace period).
     # The main process exits once the grandchild says its trap is set (a
-    # FIFO: no guessing how long a busy machine takes to get there).
+    # FIFO: no guessing how long a busy machine takes to get there).  The
+    # grace period is long so that "did not wait for it" has a bound a
+    # loaded machine meets: four interpreter start-ups at a load average of
+    # 25 on 2 cores took 4.6 s.
     marker = tmp_path / "termed"
     trapped = tmp_path / "trapped"
     os.mkfifo(trapped)
@@ -27,14 +30,14 @@ def test_subreaper_sweep_terms_grandchildren_that_re_parent(tmp_path: Path) -> N
     grand.write_text(f"trap 'echo term > {marker}; exit 0' TERM\necho > {trapped}\nwhile :; do sleep 0.05; done\n")
     started = time.monotonic()
     code, sup = run(
-        ["--grace-period", "5s", "--", "sh", "-c", f'sh -c "sh {grand}; :" & read _ < {trapped}'],
+        ["--grace-period", "60s", "--", "sh", "-c", f'sh -c "sh {grand}; :" & read _ < {trapped}'],
         pid1=False,
         timeout=30,
     )
     took = time.monotonic() - started
     assert code == 0, sup.output
     assert marker.read_text().strip() == "term", sup.output
-    assert took < 4.0, (took, sup.output)
+    assert took < 30.0, (took, sup.output)
 
 
 def test_a_stop_signal_dropped_by_rewrite_is_not_a_second_one(tmp_path: Path) -> None:

@@ -6,20 +6,22 @@ anything is stopped (instead of ``preStop: sleep 15``), release the leader
 Lease the moment its holder process is gone, and record what happened as
 Events on the pod.  See README.md for the settings.
 
-The ``kubernetes`` client is imported only when the plugin is enabled, in a
-worker thread, during normal operation (so that neither the start nor the
-shutdown pays for it); the modules imported here use only trio and the
-supervisor's API at import time.
+In a pod the plugin talks to the API server through a small client of its
+own over urllib3; the ``kubernetes`` package is imported only to read a
+kubeconfig, for runs outside a cluster.  Either is loaded when the plugin is
+enabled, in a worker thread, during normal operation (so that neither the
+start nor the shutdown pays for it); the modules imported here use only trio
+and the supervisor's API at import time.
 """
 
 from __future__ import annotations
 
 from supervisor import SKIP, Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
 
-from ._api import APIError
 from ._connection import Connector
 from ._drain_step import DrainStep, check_services
-from ._lease_step import LeaseStep
+from ._errors import APIError
+from ._lease_step import LeaseStep, time_to_keep
 from ._pod import PodState, complete_identity, read_pod_at_sigterm
 from ._settings import KubernetesSettings, parse_settings
 
@@ -70,7 +72,12 @@ class KubernetesPlugin:
     @hookimpl
     async def supervisor_shutdown_started(self, ctx: Context, deadline: Deadline, reason: str) -> None:
         """Read the own Pod: is it being deleted, and when comes the SIGKILL?"""
-        self._pod = await read_pod_at_sigterm(ctx, _settings(ctx), self._connector, deadline, reason)
+        settings = _settings(ctx)
+        self._pod = await read_pod_at_sigterm(ctx, settings, self._connector, deadline, reason)
+        if settings.lease is not None:
+            # After the deadline has moved to the pod's: the release comes
+            # after the stops, and must not find the drain has used it all.
+            deadline.keep_for_later(time_to_keep(deadline))
 
     @hookimpl
     async def supervisor_pre_stop(self, ctx: Context, deadline: Deadline) -> object:

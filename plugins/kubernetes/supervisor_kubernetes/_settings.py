@@ -135,18 +135,21 @@ def parse_settings(settings: Settings, config: Config) -> KubernetesSettings:
     )
     drain_section = settings.section("endpoint_drain")
     if parsed.drain is not None and drain_section is not None:
-        _warn_unfitting_delays(drain_section, parsed.drain, config.grace_period)
+        _warn_unfitting_delays(drain_section, parsed.drain, config.grace_period, parsed.lease is not None)
     return parsed
 
 
-def _warn_unfitting_delays(section: Settings, drain: DrainSettings, grace: float) -> None:
+def _warn_unfitting_delays(section: Settings, drain: DrainSettings, grace: float, releases: bool) -> None:
     """Warn (``supervisor check`` and every start) about delays the grace
     period cannot hold: the drain would never look, or the fixed delay would
     be cut and leave the processes only the reserve to stop.
 
-    Hooks end before the escalation by the plan's reserve, a tenth of the
-    grace period and at most 1 s."""
+    Hooks end before the escalation by the plan's reserve (a tenth of the
+    grace period, at most 1 s) and, with ``lease_release``, by the time the
+    release keeps (a fifth of what is left, at most 1 s)."""
     hooks = grace - min(1.0, grace * 0.1)
+    if releases:
+        hooks -= min(1.0, hooks * 0.2)
     log = logging.getLogger("supervisor.plugin.kubernetes")
     for key, value, what in (
         ("propagation_delay", drain.propagation_delay, "the drain would have no time to look at the EndpointSlices"),

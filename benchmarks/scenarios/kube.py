@@ -120,7 +120,7 @@ def kube_env(bench: Bench) -> Iterator[KubeEnv]:
 
 
 def memory_with_kubernetes(bench: Bench) -> list[Row]:
-    target = Target("≤ 80 MiB", 80.0)
+    target = Target("≤ 40 MiB", 40.0)
     measure_name = "PSS of the init's processes, idle, one child, Kubernetes plugin enabled"
     anchors = {anchor.name: Figure(note="no Kubernetes integration") for anchor in bench.anchors}
     reason = unavailable()

@@ -247,3 +247,30 @@ async def test_a_kubeconfig_run_outside_a_cluster_uses_the_kubernetes_package(
     await h.shutdown_started(deadline)
     assert _step(h.ctx, "read pod").outcome == "ok"  # type: ignore[attr-defined]
     assert deadline.reasons == ["pod deletion deadline"]
+
+
+async def test_a_rotated_token_is_read_again(kube: KubeTarget, tmp_path: Path) -> None:
+    """The kubelet rotates the projected token by swapping the directory the
+    ``token`` symlink points into: the client reads the new one for the next
+    call, without a restart."""
+    ns = kube.cluster
+    ns.run_pod("web-0", ips=[IP])
+    token = kube.service_account_dir / "token"
+
+    def rotate(text: str, generation: int) -> None:
+        data = kube.service_account_dir / f"..{generation}"
+        data.mkdir()
+        (data / "token").write_text(text)
+        link = kube.service_account_dir / f"token.{generation}"
+        link.symlink_to(data / "token")
+        link.replace(token)  # atomic, as the kubelet's rename of ..data
+
+    rotate("not-a-token", 1)  # what the server no longer accepts
+    h = harness(kube, tmp_path, "web-0", "")
+    with LogRecords.capture("kubernetes") as logs:
+        await h.background()
+    assert any("HTTP 401" in m for m in logs.at(logging.WARNING)), logs.messages
+    rotate(ns.token(), 2)  # a new token from the TokenRequest API
+    deadline = Deadline(30)
+    await h.shutdown_started(deadline)
+    assert _step(h.ctx, "read pod").outcome == "ok"  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import trio
 import yaml
 from supervisor_kubernetes import KubernetesPlugin
 
@@ -152,8 +153,13 @@ class Harness:
     ctx: Context
 
     async def background(self) -> None:
-        """The start-up hook (connect, learn the pod, check the settings)."""
-        await self.plugin.supervisor_background(ctx=self.ctx)
+        """The start-up hook (connect, learn the pod, check the settings)
+        until all that is left is following the Services, which the shutdown
+        would cancel: the index stays as it was then."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: self.plugin.supervisor_background(ctx=self.ctx))
+            await self.plugin.settled.wait()
+            nursery.cancel_scope.cancel()
 
     async def shutdown_started(self, deadline: Deadline, reason: str = "SIGTERM") -> None:
         with deadline.scope():

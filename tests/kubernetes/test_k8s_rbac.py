@@ -32,8 +32,8 @@ lease_release: {{process: controller, leases: [{{name: {LEASE}}}]}}
 """
 
 
-async def _shutdown(kube: KubeTarget, tmp_path: Path) -> tuple[Any, LogRecords]:
-    h = harness(kube, tmp_path, POD, SECTION)
+async def _shutdown(kube: KubeTarget, tmp_path: Path, section: str = SECTION) -> tuple[Any, LogRecords]:
+    h = harness(kube, tmp_path, POD, section)
     deadline = Deadline(30)
     with LogRecords.capture("kubernetes") as logs:
         await h.background()
@@ -111,3 +111,32 @@ async def test_one_verb_less_is_named_and_falls_back(kube: KubeTarget, tmp_path:
         assert steps.get("fallback delay") == "ok", steps
     if removed.resource == "leases":
         assert kube.cluster.read_lease(LEASE)["spec"]["holderIdentity"] == f"{POD}_0c1d2e"
+
+
+SERVICES_RULE = {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "watch"]}
+
+
+@pytest.mark.parametrize("granted", [True, False], ids=["services-granted", "services-not-granted"])
+async def test_without_named_services_the_drain_needs_services_list_and_watch(
+    kube: KubeTarget, tmp_path: Path, granted: bool
+) -> None:
+    """No ``endpoint_drain.services``: with list/watch on Services (what
+    rbac.yaml's comment says to add) the plugin finds the Services that
+    select the pod and the drain reads only their slices; without, the
+    server's 403 is named and the drain reads every slice, as it did."""
+    rbac = example_documents("rbac.yaml")
+    if granted:
+        (role,) = [d for d in rbac if d["kind"] == "Role"]
+        role["rules"].append(SERVICES_RULE)
+    target = example_setup(kube, tmp_path, rbac)
+    section = SECTION.replace(f"services: [{SERVICE}], ", "")
+    h, logs = await _shutdown(target, tmp_path, section)
+    warnings = logs.at(logging.WARNING)
+    steps = {s.name: s.outcome for s in h.ctx.timeline.steps}
+    assert steps["endpoint drain"] == "ok", steps
+    if granted:
+        assert warnings == [], warnings
+        assert f"Services that select this pod: {SERVICE}" in logs.messages, logs.messages
+    else:
+        assert any("HTTP 403" in m and 'cannot list resource "services"' in m for m in warnings), warnings
+        assert any("reads every EndpointSlice" in m for m in warnings), warnings

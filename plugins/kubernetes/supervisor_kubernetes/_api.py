@@ -37,9 +37,10 @@ __all__ = ["APIError", "KubeAPI", "load_client", "micro_now"]
 
 Obj = dict[str, Any]
 
-# Worker threads the plugin may use at once: a watch, and a couple of short
-# calls (an event, a lease) beside it.
-_THREADS = 4
+# Worker threads the plugin may use at once: the Services' watch while the
+# pod runs, the drain's watch, and a couple of short calls (an event, a
+# lease) beside them.
+_THREADS = 5
 # A call needs at least this much time to be worth starting.
 _MIN_CALL = 0.05
 # A call ends this much before the hook is cancelled (a tenth of what hooks

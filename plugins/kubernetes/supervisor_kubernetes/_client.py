@@ -169,6 +169,20 @@ class Client:
         self.credentials = credentials
         self._context = credentials.ssl_context()
         self._pool = self.pool()
+        # What the server sent: objects (list items, watch events, single
+        # objects) and bytes of their JSON, for the log and the benchmarks.
+        self._reads = [0, 0]
+        self._reads_lock = threading.Lock()
+
+    def reads(self) -> tuple[int, int]:
+        """Objects and bytes read from the server so far."""
+        with self._reads_lock:
+            return self._reads[0], self._reads[1]
+
+    def count(self, objects: int, size: int) -> None:
+        with self._reads_lock:
+            self._reads[0] += objects
+            self._reads[1] += size
 
     def pool(self) -> urllib3.PoolManager:
         """A connection pool to the server.  A refused connect is tried once
@@ -205,6 +219,8 @@ class Client:
             raise APIError(f"the API server answered with something other than JSON: {exc}") from exc
         if not isinstance(result, dict):
             raise APIError("the API server answered with something other than a JSON object")
+        items = result.get("items")
+        self.count(len(items) if isinstance(items, list) else 1, len(payload))
         return result
 
     def list_all(self, path: str, timeout: float, query: Mapping[str, object], limit: int) -> tuple[list[Obj], str]:
@@ -225,7 +241,7 @@ class Client:
         pool = self.pool()
         timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
         response = self._send(pool, "GET", self.url(path, {**query, "watch": True}), timeout, None, stream=True)
-        return Watch(response, pool)
+        return Watch(response, pool, self.count)
 
     def _send(
         self,
@@ -265,9 +281,12 @@ class Watch:
     an ERROR event (410 Gone for an expired version) is raised as an
     ``APIError``.  ``stop()`` from another thread ends it at once."""
 
-    def __init__(self, response: urllib3.BaseHTTPResponse, pool: urllib3.PoolManager) -> None:
+    def __init__(
+        self, response: urllib3.BaseHTTPResponse, pool: urllib3.PoolManager, count: Callable[[int, int], None]
+    ) -> None:
         self._response = response
         self._pool = pool
+        self._count = count
         self._stopped = False
 
     def __iter__(self) -> Iterator[Obj]:
@@ -277,6 +296,7 @@ class Watch:
                     return
                 if not line.strip():
                     continue
+                self._count(1, len(line))
                 event = json.loads(line)
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}

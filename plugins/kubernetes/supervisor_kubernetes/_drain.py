@@ -11,7 +11,7 @@ and relist on 410 Gone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,7 +206,7 @@ class DrainResult:
     def describe(self) -> str:
         """The timeline's detail."""
         if self.outcome == "nothing":
-            return "in no EndpointSlice"
+            return self.reason or "in no EndpointSlice"
         if self.outcome in ("fallback", "no time"):
             return self.reason
         if self.outcome == "timeout":
@@ -230,14 +230,17 @@ class EndpointDrain:
         log: logging.Logger,
         *,
         until: float,
+        services: Sequence[str] = (),
     ) -> None:
+        """``services``: the Services whose slices to follow (default: the
+        ``services`` setting; both empty: every slice of the namespace)."""
         self.api = connection.api
         self.pod = connection.pod
         self.settings = settings
         self.deadline = deadline
         self.log = log
         self.until = until
-        self.selector = slice_selector(settings.services, settings.managed_by)
+        self.selector = slice_selector(services or settings.services, settings.managed_by)
         self.tracker = SliceTracker(connection.pod)
         self.progress = _Progress(log, settings.progress_interval, until)
         self.version = ""  # the resourceVersion to watch from

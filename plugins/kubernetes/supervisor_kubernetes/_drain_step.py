@@ -54,7 +54,7 @@ class _Report:
 
 def _report(result: DrainResult, drain: DrainSettings, started: float) -> _Report:
     if result.outcome == "nothing":
-        return _Report(logging.INFO, "this pod is in no EndpointSlice: nothing to drain")
+        return _Report(logging.INFO, f"{result.reason or 'this pod is in no EndpointSlice'}: nothing to drain")
     if result.outcome == "no time":
         # Not looking costs nothing the pod can use; what is left still
         # gives the proxies a moment with the endpoint flipped at deletion.
@@ -149,7 +149,9 @@ class DrainStep:
             "Services (a liveness restart, node-pressure eviction or node shutdown)"
         )
 
-    async def run(self, connection: Connection | None, state: PodState) -> None:
+    async def run(self, connection: Connection | None, state: PodState, selecting: list[str] | None = None) -> None:
+        """``selecting``: the Services that select this pod, when known
+        (their slices are all the drain reads)."""
         started = trio.current_time()
         events = None
         if connection is not None and self.settings.events:
@@ -158,7 +160,7 @@ class DrainStep:
             with self.ctx.timeline.step("pre_stop", "endpoint drain", plugin=self.ctx.plugin) as step:
                 if events is not None:
                     nursery.start_soon(self._record, events, "DrainStarted", _STARTED, False)
-                result = await self._drain(connection, state, started)
+                result = await self._drain(connection, state, started, selecting)
                 step.outcome = {"drained": "ok", "nothing": "skipped", "no time": "skipped"}.get(
                     result.outcome, result.outcome
                 )
@@ -176,16 +178,22 @@ class DrainStep:
                 with self.ctx.timeline.step("pre_stop", wait.wait, plugin=self.ctx.plugin) as step:
                     await self._wait(step, wait.until, result.reason)
 
-    async def _drain(self, connection: Connection | None, state: PodState, started: float) -> DrainResult:
+    async def _drain(
+        self, connection: Connection | None, state: PodState, started: float, selecting: list[str] | None
+    ) -> DrainResult:
         if connection is None or state.pod is None:
             return DrainResult("fallback", reason=state.error, looked=False)
+        services = list(self.drain.services) or selecting or []
+        if not self.drain.services and selecting == []:
+            return DrainResult("nothing", reason="no Service selects this pod")
         left = self.deadline.remaining_for_hooks()
         budget = left - self.drain.propagation_delay
         budget -= self.deadline.slack(_REPORT_TIME, _REPORT_FRACTION, of=budget)
         if budget < _MIN_LOOK:
             return DrainResult("no time", reason=_no_time(state, left, self.drain), looked=False)
         until = started + min(self.drain.timeout, budget)
-        return await EndpointDrain(connection, self.drain, self.deadline, self.ctx.log, until=until).run()
+        drain = EndpointDrain(connection, self.drain, self.deadline, self.ctx.log, until=until, services=services)
+        return await drain.run()
 
     async def _wait(self, step: Step, until: float, detail: str) -> None:
         """Wait until ``until``, or end a hair before the hook's own time is

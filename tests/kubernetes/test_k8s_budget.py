@@ -274,3 +274,57 @@ async def test_a_rotated_token_is_read_again(kube: KubeTarget, tmp_path: Path) -
     deadline = Deadline(30)
     await h.shutdown_started(deadline)
     assert _step(h.ctx, "read pod").outcome == "ok"  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_the_last_serving_endpoint_serves_until_its_stop_timeout_needs_the_rest(
+    kube: KubeTarget, tmp_path: Path
+) -> None:
+    """The whole plan, with the supervisor as PID 1: the pod is its
+    Service's only endpoint and is deleted with ``--grace-period=12``; the
+    controller (``stop_timeout: 3s``) keeps serving until the stop, the time
+    kept for the Lease release and the reserve need the rest, and the Lease
+    is still released before the kubelet's SIGKILL."""
+    ns = kube.cluster
+    pod = ns.run_pod("ctrl-0", ips=[IP], labels={"app": "web"})
+    ns.create_service("web", {"app": "web"})
+    ns.wait_endpoints("web", [pod])
+    ns.create_lease("leader", "ctrl-0_1")
+    stopped_file = tmp_path / "stopped"
+    config = tmp_path / "cfg.yaml"
+    config.write_text(
+        f"""
+grace_period: 30s
+log: {{format: json, level: debug}}
+processes:
+  - name: controller
+    main: true
+    command: {json.dumps([sys.executable, "-c", CONTROLLER, str(stopped_file)])}
+    stop_timeout: 3s
+plugins:
+  kubernetes:
+    {kube.plugin_yaml}
+    events: true
+    endpoint_drain: {{propagation_delay: 1s}}
+    lease_release: {{process: controller, leases: [{{name: leader}}]}}
+"""
+    )
+    with Supervisor(["-c", str(config)], env=kube.pod_env("ctrl-0"), cwd=REPO) as sup:
+        sup.wait_for("Services that select this pod: web", timeout=60)
+        signalled = time.time()
+        ns.delete_pod("ctrl-0", grace=12)
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(20) == 0, sup.output
+        finished = time.time()
+    # SIGKILL 12 s after the deletion, less deadline_margin 1 s: the wall at
+    # 11 s, the escalation 0.25 s before it; hooks keep the reserve (1 s)
+    # and the release's time (1 s) back; the stop may take 3 s.
+    stopped = float(stopped_file.read_text()) - signalled
+    assert 11 - 0.25 - 1 - 1 - 3 - 0.3 <= stopped < 11 - 0.25 - 1 - 1 - 3 + 1.0, (
+        f"SIGTERM at {stopped:.2f}s\n{sup.output}"
+    )
+    assert finished - signalled < 11.5, sup.output
+    assert ns.read_lease("leader")["spec"]["holderIdentity"] == ""
+    assert "last serving endpoint of Service web" in sup.output, sup.output
+    reasons = {e["reason"] for e in ns.list_events(reporting_controller=REPORTER)}
+    assert {"ServingUntilStop", "LeaseReleased"} <= reasons, reasons

@@ -146,11 +146,6 @@ class Deadline:
     def hand_back(self) -> None:
         """The steps before the stops are over: what they kept is free again."""
         self.kept = 0.0
-        # How long the plan's stops may take at most (each dependency level's
-        # longest stop_timeout, added up; set by the plan): a hook that keeps
-        # the processes serving as long as it helps ends this long before the
-        # hooks' time is up.
-        self.stop_time = 0.0
         self._update_scopes()
 
     def nothing_left_to_stop(self) -> None:

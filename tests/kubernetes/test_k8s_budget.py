@@ -35,12 +35,14 @@ from tests.plugins._helpers import LogRecords
 
 REPORTER = "pid1-supervisor/kubernetes"
 IP = "10.244.0.7"
-# Writes the moment SIGTERM arrived, then exits at once: the controller.
+# The controller: on SIGTERM it writes the time and exits at once (no
+# interpreter clean-up in between), so the time is its exit's.
 CONTROLLER = (
-    "import signal, sys, time\n"
+    "import os, signal, sys, time\n"
     "def stop(*_):\n"
-    "    open(sys.argv[1], 'w').write(repr(time.time()))\n"
-    "    sys.exit(0)\n"
+    "    with open(sys.argv[1], 'w') as f:\n"
+    "        f.write(repr(time.time()))\n"
+    "    os._exit(0)\n"
     "signal.signal(signal.SIGTERM, stop)\n"
     "while True:\n"
     "    time.sleep(1)\n"

@@ -71,8 +71,11 @@ class Deadline:
     ``at``, ``margin`` seconds before it, is the orchestrator's own escalation
     moment on trio's clock: process stops end there with SIGKILL, so that the
     orchestrator normally finishes before the wall.  Hooks run in scopes that
-    end ``reserve`` seconds before ``at``.  The deadline only ever moves
-    earlier; ``on_wall`` hears every move (seconds from now to the wall).
+    end ``reserve`` seconds before ``at``, and those before the processes stop
+    (``pre_stop``, ``wind_down``) also ``kept`` seconds earlier: the time
+    plugins asked to keep for their steps after the stops (`keep_for_later`).
+    The deadline only ever moves earlier; ``on_wall`` hears every move
+    (seconds from now to the wall).
     """
 
     def __init__(
@@ -93,6 +96,12 @@ class Deadline:
         self._wall = self.started + budget
         self._at = self._wall - self.margin
         self.reserve = reserve_for(budget) if reserve is None else reserve
+        self.kept = 0.0
+        # How long the plan's stops may take at most (each dependency level's
+        # longest stop_timeout, added up; set by the plan): a hook that keeps
+        # the processes serving as long as it helps ends this long before the
+        # hooks' time is up.
+        self.stop_time = 0.0
         self.reasons: list[str] = []
         self.on_wall = on_wall
         # Scopes currently following the deadline: (scope, keeps the reserve,
@@ -117,8 +126,34 @@ class Deadline:
         return max(0.0, self._at - trio_now())
 
     def remaining_for_hooks(self) -> float:
-        """Seconds a hook may still use: up to the escalation moment less the reserve."""
-        return max(0.0, self._at - self.reserve - trio_now())
+        """Seconds a hook may still use: up to the escalation moment less the
+        reserve, and less what is `kept` for the steps after the stops."""
+        return max(0.0, self._at - self.reserve - self.kept - trio_now())
+
+    def keep_for_later(self, seconds: float) -> None:
+        """Keep ``seconds`` back from the hooks that run before the processes
+        stop, for a step that comes after them (a Lease released once its
+        holder has exited: one read and one write).  Without it a drain or a
+        fixed delay that fills the budget leaves that step nothing.  Requests
+        add up; the plan hands the time back (`hand_back`) once the stops
+        begin.  Never more than what hooks have left."""
+        if not _in_trio_thread():
+            trio.from_thread.run_sync(self.keep_for_later, seconds)
+            return
+        self.kept = min(self.kept + max(0.0, seconds), self.kept + self.remaining_for_hooks())
+        self._update_scopes()
+
+    def hand_back(self) -> None:
+        """The steps before the stops are over: what they kept is free again."""
+        self.kept = 0.0
+        self._update_scopes()
+
+    def nothing_left_to_stop(self) -> None:
+        """Every process has stopped: the reserve for stop signals and
+        SIGKILL is no longer needed, and the hooks after the stops may run up
+        to the escalation moment."""
+        self.reserve = 0.0
+        self._update_scopes()
 
     def elapsed(self) -> float:
         return trio_now() - self.started
@@ -191,5 +226,5 @@ class Deadline:
 
     def _update_scopes(self) -> None:
         for cancel_scope, keep_reserve, own_limit in self._scopes:
-            escalation = self._at - self.reserve if keep_reserve else self._at
+            escalation = self._at - self.reserve - self.kept if keep_reserve else self._at
             cancel_scope.deadline = min(own_limit, escalation)

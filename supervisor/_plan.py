@@ -6,7 +6,9 @@
 3. Processes, one dependency level at a time in reverse start order, a
    level's processes concurrently: ``before_process_stop`` hooks → stop
    signal → wait (stop_timeout, capped by the deadline) → SIGKILL →
-   ``after_process_stop`` hooks.
+   ``after_process_stop`` hooks.  The time plugins kept back from the hooks
+   of 2 (``Deadline.keep_for_later``) is free again here, and once no
+   process is left to stop, so is the deadline's reserve.
 4. ``post_stop`` hooks.
 
 The orchestrator then exits and the init layer sweeps survivors.  Every step
@@ -25,6 +27,7 @@ from ._deadline import Deadline
 from ._hooks import HookRunner
 from ._timeline import Timeline
 from .runtime import SupervisedProcess
+from .runtime.state import ProcessState
 
 __all__ = ["ShutdownPlan"]
 
@@ -49,6 +52,9 @@ class ShutdownPlan:
         self.main_exited = main_exited
 
     async def run(self, deadline: Deadline, reason: str, main_stop_signal: int | None = None) -> None:
+        deadline.stop_time = sum(
+            max((process.spec.stop_timeout or 0.0 for process in level), default=0.0) for level in self.levels
+        )
         with trio.move_on_after(_SHUTDOWN_STARTED_LIMIT):
             await self.host.call(
                 "supervisor_shutdown_started", deadline=deadline, phase="shutdown_started", reason=reason
@@ -57,6 +63,8 @@ class ShutdownPlan:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._wind_down, deadline)
             await self._pre_stop(deadline)
+        # What plugins kept back from those hooks is for the steps after the stops.
+        deadline.hand_back()
         for level in reversed(self.levels):
             async with trio.open_nursery() as nursery:
                 for process in level:
@@ -81,6 +89,15 @@ class ShutdownPlan:
             nursery.start_soon(cancel_when_main_exits)
             await self.host.call("supervisor_pre_stop", deadline=deadline, phase="pre_stop")
             nursery.cancel_scope.cancel()
+
+    def _left_to_stop(self) -> bool:
+        """Whether a process still runs or may run again (starting, or
+        waiting to restart), and so still needs its stop."""
+        return any(
+            process.running or process.state in (ProcessState.STARTING, ProcessState.BACKOFF)
+            for level in self.levels
+            for process in level
+        )
 
     async def _wind_down(self, deadline: Deadline) -> None:
         # Work that must end before the processes stop whatever the main
@@ -108,6 +125,10 @@ class ShutdownPlan:
                 step.detail = "did not exit in time: escalated to SIGKILL"
             else:
                 step.detail = str(status)
+        if not self._left_to_stop():
+            # No stop signal or SIGKILL is still to come: the hooks after
+            # the last stop (a Lease to hand over) may use the reserve too.
+            deadline.nothing_left_to_stop()
         if status is not None and process.ever_started:
             await self.host.call(
                 "supervisor_after_process_stop",

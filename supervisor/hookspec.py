@@ -255,8 +255,10 @@ async def supervisor_shutdown_started(ctx: Context, deadline: Deadline, reason: 
     """The shutdown begins.
 
     The place to learn the real deadline and ``deadline.shorten()`` to it,
-    before the other steps divide up the time.  Keep it short: this phase as
-    a whole gets at most 5 s, whatever ``hook_timeout`` says.
+    before the other steps divide up the time, and to
+    ``deadline.keep_for_later()`` what a step of yours after the stops needs,
+    so that ``pre_stop`` and ``wind_down`` cannot use it up.  Keep it short:
+    this phase as a whole gets at most 5 s, whatever ``hook_timeout`` says.
 
     :param ctx: This plugin's view of the supervisor (``supervisor.Context``).
     :param deadline: The shutdown's one budget (``supervisor.Deadline``).

@@ -12,7 +12,7 @@ from .._bench import Bench
 from .._results import Row
 from .core import escalation, exit_latency, memory, orphan_storm, signal_forwarding, startup
 from .hooks import hook_concurrency
-from .kube import endpoint_drain, lease_handover, memory_with_kubernetes
+from .kube import drain_cost, endpoint_drain, lease_handover, memory_with_kubernetes
 from .overrun import overrun
 from .rollout import rolling_update
 from .vms import enforcer_lag, vm_shutdown
@@ -32,6 +32,7 @@ SCENARIOS: dict[str, Scenario] = {
     "escalation": escalation,
     "overrun": overrun,
     "drain": endpoint_drain,
+    "drain-cost": drain_cost,
     "lease": lease_handover,
     "vms": vm_shutdown,
     "vm-enforcer": enforcer_lag,

@@ -186,9 +186,11 @@ def _cut_short(attempt: _Attempt) -> str:
         hook_log.warning("%s cut short: the shutdown deadline leaves no more time", hook)
         return "cancelled"
     # The scope ends at the deadline less the reserve (the reserve is for
-    # stopping processes); the float comparison needs a hair of tolerance.
-    if deadline is not None and deadline.remaining() <= deadline.reserve + 1e-9:
-        hook_log.warning("%s cut short to keep %.3fs in reserve for stopping processes", hook, deadline.reserve)
+    # stopping processes) and less what plugins keep for their steps after
+    # the stops; the float comparison needs a hair of tolerance.
+    if deadline is not None and deadline.remaining() <= deadline.reserve + deadline.kept + 1e-9:
+        kept = f" and {deadline.kept:.3f}s for the steps after them" if deadline.kept else ""
+        hook_log.warning("%s cut short to keep %.3fs in reserve for stopping processes%s", hook, deadline.reserve, kept)
     else:
         hook_log.warning("%s timed out", hook)
     return "timeout"

@@ -31,6 +31,7 @@ SCENARIOS = {
     "escalation accuracy",
     "overrun",
     "endpoint drain",
+    "drain cost",
     "lease hand-over",
     "VM shutdown",
     "VM enforcer",

@@ -145,3 +145,45 @@ async def test_shortened_deadline_keeps_its_reserve_unless_it_would_crowd_out_ho
     assert deadline.shorten(2.0, "pod deletion deadline")
     assert deadline.reserve == pytest.approx(0.4)  # a fifth of the 2 s left
     assert deadline.remaining_for_hooks() == pytest.approx(1.6)
+
+
+async def test_time_kept_for_later_is_held_back_from_hooks_until_handed_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A drain that fills the budget must leave what a step after the stops
+    asked for (a Lease release)."""
+    deadline = Deadline(10.0)
+    deadline.keep_for_later(1.5)
+    assert deadline.remaining_for_hooks() == pytest.approx(10.0 - 1.0 - 1.5)
+    with deadline.scope() as scope:
+        await trio.sleep(100)
+    assert scope.cancelled_caught
+    assert deadline.remaining() == pytest.approx(1.0 + 1.5)
+    deadline.hand_back()
+    assert deadline.remaining_for_hooks() == pytest.approx(1.5)
+
+
+async def test_more_than_hooks_have_is_never_kept(autojump_clock: trio.testing.MockClock) -> None:
+    deadline = Deadline(2.0)
+    deadline.keep_for_later(5.0)
+    assert deadline.kept == pytest.approx(2.0 - 0.2)
+    assert deadline.remaining_for_hooks() == 0.0
+
+
+async def test_nothing_left_to_stop_frees_the_reserve_for_waiting_hooks(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    deadline = Deadline(10.0)
+    start = trio.current_time()
+
+    async def last_process_stopped() -> None:
+        await trio.sleep(8)
+        deadline.nothing_left_to_stop()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(last_process_stopped)
+        with deadline.scope() as scope:
+            await trio.sleep(100)
+    assert scope.cancelled_caught
+    # Up to the escalation moment, not the reserve before it.
+    assert trio.current_time() - start == pytest.approx(10.0)

@@ -242,3 +242,21 @@ def test_what_the_host_cannot_honour_is_refused_at_enable(plugin: object, messag
         _host({"p": plugin})
     # One line at the plugin's section, as for any other configuration error.
     assert str(caught.value) == f"<memory>:1:1: {message}"
+
+
+async def test_a_hook_cut_to_keep_time_for_later_says_so(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pre_stop hook cut where the time kept for the steps after the stops
+    begins says what it was cut for, not that it timed out."""
+    host = _host({"outcomes": Outcomes()})
+    timeline = _bind(host)
+    deadline = Deadline(10)
+    deadline.keep_for_later(1.5)
+    with caplog.at_level(logging.WARNING, logger="supervisor.plugin.outcomes"):
+        await host.call("supervisor_wind_down", deadline=deadline, phase="wind_down")
+    assert [s.duration for s in timeline.steps] == pytest.approx([10 - 1.0 - 1.5])
+    assert [r.getMessage() for r in caplog.records] == [
+        "supervisor_wind_down cut short to keep 1.000s in reserve for stopping processes "
+        "and 1.500s for the steps after them",
+    ]

@@ -12,7 +12,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import trio
+import yaml
 from supervisor_kubernetes import KubernetesPlugin
 
 from supervisor import Context, Deadline, ExitStatus
@@ -20,14 +23,26 @@ from tests.cluster import ControlPlane, FaultProxy, Namespace
 from tests.plugins._helpers import FakeProcess, configure, make_context
 
 REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "kubernetes"
+EXAMPLE_ACCOUNT = "example-controller"
+EXAMPLE_LEASE = "example-controller-leader"
+EXAMPLE_POD = "example-controller-0"
+EXAMPLE_SERVICE = "example-controller-webhook"
 
 __all__ = [
+    "EXAMPLE_ACCOUNT",
+    "EXAMPLE_LEASE",
+    "EXAMPLE_POD",
+    "EXAMPLE_SERVICE",
     "LOOKED",
     "REPO",
     "Harness",
     "KubeTarget",
     "controllers_held",
     "controllers_held_until_the_plugin_looked",
+    "example_documents",
+    "example_rbac_without",
+    "example_setup",
     "harness",
 ]
 
@@ -138,8 +153,13 @@ class Harness:
     ctx: Context
 
     async def background(self) -> None:
-        """The start-up hook (connect, learn the pod, check the settings)."""
-        await self.plugin.supervisor_background(ctx=self.ctx)
+        """The start-up hook (connect, learn the pod, check the settings)
+        until all that is left is following the Services, which the shutdown
+        would cancel: the index stays as it was then."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: self.plugin.supervisor_background(ctx=self.ctx))
+            await self.plugin.settled.wait()
+            nursery.cancel_scope.cancel()
 
     async def shutdown_started(self, deadline: Deadline, reason: str = "SIGTERM") -> None:
         with deadline.scope():
@@ -150,10 +170,12 @@ class Harness:
         ended (time.monotonic(), comparable with the scenario's clocks)."""
         with deadline.scope():
             await self.plugin.supervisor_pre_stop(ctx=self.ctx, deadline=deadline)
+        deadline.hand_back()  # as the plan does once the stops begin
         return time.monotonic()
 
     async def after_stop(self, deadline: Deadline, process: str = "controller") -> None:
         info = FakeProcess(process, running=False, status=ExitStatus(code=0))
+        deadline.nothing_left_to_stop()  # the plan's one process has stopped
         with deadline.scope():
             await self.plugin.supervisor_after_process_stop(
                 ctx=self.ctx, deadline=deadline, process=info, status=info.status
@@ -177,3 +199,49 @@ def harness(kube: KubeTarget, tmp_path: Path, pod: str, section: str = "") -> Ha
     plugin = KubernetesPlugin()
     parsed, config = configure(plugin, tmp_path, yaml, "kubernetes")  # type: ignore[arg-type]
     return Harness(plugin, make_context("kubernetes", parsed, config))
+
+
+def example_documents(*names: str) -> list[dict[str, Any]]:
+    """The documents of files in examples/kubernetes."""
+    return [d for name in names for d in yaml.safe_load_all((EXAMPLE / name).read_text()) if d]
+
+
+def example_rbac_without(group: str, resource: str, verb: str) -> list[dict[str, Any]]:
+    """The example's Role and RoleBinding with one verb taken out."""
+    documents = example_documents("rbac.yaml")
+    for document in documents:
+        for rule in document.get("rules") or []:
+            if group in rule["apiGroups"] and resource in rule["resources"]:
+                rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+        if document.get("rules") is not None:
+            document["rules"] = [r for r in document["rules"] if r["verbs"]]
+    return documents
+
+
+def example_setup(kube: KubeTarget, tmp_path: Path, rbac: list[dict[str, Any]]) -> KubeTarget:
+    """The example's ServiceAccount, Role, RoleBinding and Service applied
+    with kubectl; a pod behind the Service holding the Lease, and the
+    standby; the plugin with that account's token."""
+    ns = kube.cluster
+    documents = example_documents("serviceaccount.yaml", "service.yaml") + rbac
+    ns.plane.kubectl("apply", "-n", ns.name, "-f", "-", input=yaml.safe_dump_all(documents))
+    container = {
+        "name": "main",
+        "image": "registry.invalid/none:latest",
+        "ports": [{"name": "webhook", "containerPort": 9443}],
+    }
+    # The Deployment's two replicas: the leader (this pod) and the standby.
+    pods = [
+        ns.kubelet.run_pod(
+            name,
+            labels={"app.kubernetes.io/name": "example-controller"},
+            ips=[ip],
+            service_account=EXAMPLE_ACCOUNT,
+            spec={"containers": [container]},
+        )
+        for name, ip in ((EXAMPLE_POD, "10.244.0.7"), ("example-controller-1", "10.244.0.8"))
+    ]
+    ns.wait_endpoints(EXAMPLE_SERVICE, pods)
+    ns.create_lease(EXAMPLE_LEASE, f"{EXAMPLE_POD}_0c1d2e")
+    account = ns.service_account_dir(tmp_path / "example-sa", EXAMPLE_ACCOUNT)
+    return KubeTarget(ns, kube.plane, account, proxy=kube.proxy)

@@ -32,8 +32,10 @@ def _step(ctx: object, name: str) -> object:
     return steps[-1]
 
 
-def _web(kube: KubeTarget, *, others: int = 0, grace: int = 30) -> dict[str, object]:
-    """Pod web-0 (and ``others`` more pods) behind Service web, published."""
+def _web(kube: KubeTarget, *, others: int = 1, grace: int = 30) -> dict[str, object]:
+    """Pod web-0 (and ``others`` more pods: by default a second replica, so
+    that web-0 is not the last serving endpoint, which keeps serving until
+    the stops) behind Service web, published."""
     ns = kube.cluster
     pod = ns.run_pod("web-0", ips=[IP], labels={"app": "web"}, grace=grace)
     pods = [pod] + [ns.run_pod(f"web-{i}", ips=[f"10.244.1.{i}"], labels={"app": "web"}) for i in range(1, others + 1)]
@@ -47,13 +49,17 @@ async def test_drain_ends_after_the_controller_flips_and_the_propagation_delay(
 ) -> None:
     ns = kube.cluster
     pod = ns.run_pod("web-0", ips=[IP], labels={"app": "web", "admin": "yes"})
-    others = [ns.run_pod(f"web-{i}", ips=[f"10.244.1.{i}"], labels={"app": "web"}) for i in (1, 2, 3)]
+    # web-1 is behind both Services: web-0 is the last endpoint of neither.
+    others = [
+        ns.run_pod(f"web-{i}", ips=[f"10.244.1.{i}"], labels={"app": "web", **({"admin": "yes"} if i == 1 else {})})
+        for i in (1, 2, 3)
+    ]
     unrelated = [ns.run_pod(f"batch-{i}", ips=[f"10.244.2.{i}"], labels={"app": "batch"}) for i in (1, 2)]
     ns.create_service("web", {"app": "web"})
     ns.create_service("admin", {"admin": "yes"})
     ns.create_service("unrelated", {"app": "batch"})
     ns.wait_endpoints("web", [pod, *others])
-    ns.wait_endpoints("admin", [pod])
+    ns.wait_endpoints("admin", [pod, others[0]])
     ns.wait_endpoints("unrelated", unrelated)
     h = harness(
         kube,
@@ -489,7 +495,11 @@ async def test_publish_not_ready_addresses_counts_as_drained_and_says_why(kube: 
     pod = ns.run_pod("web-0", ips=[IP], labels={"app": "web"})
     ns.create_service("web", {"app": "web"}, publish_not_ready=True)
     ns.wait_endpoints("web", [pod])
-    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
+    # keep_serving off: what is reported, not how long it serves
+    # (test_k8s_budget.py), is the point here.
+    h = harness(
+        kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s, keep_serving: false}"
+    )
     logs = await _delete_and_drain(kube, h)
     (endpoint,) = ns.pod_endpoints(pod["metadata"]["uid"], "web")
     assert endpoint["conditions"] == {"ready": True, "serving": True, "terminating": True}
@@ -503,7 +513,9 @@ async def test_the_last_serving_endpoint_is_reported(kube: KubeTarget, tmp_path:
     """Terminating but serving, and no other endpoint ready: kube-proxy falls
     back to it.  Reported only then, not when other pods are ready."""
     _web(kube, others=others)
-    h = harness(kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s}")
+    h = harness(
+        kube, tmp_path, "web-0", "endpoint_drain: {propagation_delay: 0s, fallback_delay: 20s, keep_serving: false}"
+    )
     logs = await _delete_and_drain(kube, h)
     last = [m for m in logs.at(logging.WARNING) if "last serving endpoint of Service web (IPv4)" in m]
     assert bool(last) == (others == 0), logs.messages

@@ -78,10 +78,13 @@ def _supervise(kube: KubeTarget, tmp_path: Path, report: Path) -> Supervisor:
 
 
 def _pod_behind_web(kube: KubeTarget) -> None:
+    """ctrl-0 and the standby's pod behind Service web: ctrl-0 is not its
+    last serving endpoint, which would keep serving until the stops."""
     ns = kube.cluster
     pod = ns.run_pod("ctrl-0", ips=[IP], labels={"app": "web"}, grace=30)
+    standby = ns.run_pod("ctrl-1", ips=["10.244.0.8"], labels={"app": "web"}, grace=30)
     ns.create_service("web", {"app": "web"})
-    ns.wait_endpoints("web", [pod])
+    ns.wait_endpoints("web", [pod, standby])
 
 
 def test_pod_deletion_drains_then_stops_then_hands_over_the_lease(kube: KubeTarget, tmp_path: Path) -> None:

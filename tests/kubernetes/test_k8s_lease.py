@@ -216,8 +216,11 @@ async def test_other_processes_do_not_release(kube: KubeTarget, tmp_path: Path) 
 async def test_events_tell_the_story_in_kubectl_describe(kube: KubeTarget, tmp_path: Path) -> None:
     ns = kube.cluster
     pod = ns.run_pod("web-0", ips=["10.244.0.7"], labels={"app": "web"})
+    # A second replica: web-0 is not the last serving endpoint (which would
+    # keep serving until the stops).
+    other = ns.run_pod("web-1", ips=["10.244.0.8"], labels={"app": "web"})
     ns.create_service("web", {"app": "web"})
-    ns.wait_endpoints("web", [pod])
+    ns.wait_endpoints("web", [pod, other])
     ns.create_lease(LEASE, "web-0_77")
     h = harness(kube, tmp_path, "web-0", "events: true\nendpoint_drain: {propagation_delay: 0.2s}\n" + _lease_section())
     deadline = Deadline(30)

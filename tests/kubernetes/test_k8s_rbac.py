@@ -9,18 +9,21 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-import yaml
 
 from supervisor import Deadline
-from tests.cluster import Namespace
-from tests.kubernetes.k8s_helpers import KubeTarget, controllers_held_until_the_plugin_looked, harness
+from tests.kubernetes.k8s_helpers import EXAMPLE_ACCOUNT as ACCOUNT
+from tests.kubernetes.k8s_helpers import EXAMPLE_LEASE as LEASE
+from tests.kubernetes.k8s_helpers import EXAMPLE_POD as POD
+from tests.kubernetes.k8s_helpers import EXAMPLE_SERVICE as SERVICE
+from tests.kubernetes.k8s_helpers import (
+    KubeTarget,
+    controllers_held_until_the_plugin_looked,
+    example_documents,
+    example_rbac_without,
+    example_setup,
+    harness,
+)
 from tests.plugins._helpers import LogRecords
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kubernetes"
-ACCOUNT = "example-controller"
-LEASE = "example-controller-leader"
-POD = "example-controller-0"
-SERVICE = "example-controller-webhook"
 
 SECTION = f"""
 events: true
@@ -29,43 +32,8 @@ lease_release: {{process: controller, leases: [{{name: {LEASE}}}]}}
 """
 
 
-def _apply(ns: Namespace, documents: list[dict[str, Any]]) -> None:
-    ns.plane.kubectl("apply", "-n", ns.name, "-f", "-", input=yaml.safe_dump_all(documents))
-
-
-def _documents(*names: str) -> list[dict[str, Any]]:
-    return [d for name in names for d in yaml.safe_load_all((EXAMPLE / name).read_text()) if d]
-
-
-def _setup(kube: KubeTarget, tmp_path: Path, rbac: list[dict[str, Any]]) -> KubeTarget:
-    """The example's ServiceAccount, Role, RoleBinding and Service; a pod
-    behind the Service holding the Lease; the plugin with that account's token."""
-    ns = kube.cluster
-    _apply(ns, _documents("serviceaccount.yaml", "service.yaml") + rbac)
-    container = {
-        "name": "main",
-        "image": "registry.invalid/none:latest",
-        "ports": [{"name": "webhook", "containerPort": 9443}],
-    }
-    # The Deployment's two replicas: the leader (this pod) and the standby.
-    pods = [
-        ns.kubelet.run_pod(
-            name,
-            labels={"app.kubernetes.io/name": "example-controller"},
-            ips=[ip],
-            service_account=ACCOUNT,
-            spec={"containers": [container]},
-        )
-        for name, ip in ((POD, "10.244.0.7"), ("example-controller-1", "10.244.0.8"))
-    ]
-    ns.wait_endpoints(SERVICE, pods)
-    ns.create_lease(LEASE, f"{POD}_0c1d2e")
-    account = ns.service_account_dir(tmp_path / "example-sa", ACCOUNT)
-    return KubeTarget(ns, kube.plane, account)
-
-
-async def _shutdown(kube: KubeTarget, tmp_path: Path) -> tuple[Any, LogRecords]:
-    h = harness(kube, tmp_path, POD, SECTION)
+async def _shutdown(kube: KubeTarget, tmp_path: Path, section: str = SECTION) -> tuple[Any, LogRecords]:
+    h = harness(kube, tmp_path, POD, section)
     deadline = Deadline(30)
     with LogRecords.capture("kubernetes") as logs:
         await h.background()
@@ -80,7 +48,7 @@ async def _shutdown(kube: KubeTarget, tmp_path: Path) -> tuple[Any, LogRecords]:
 
 
 async def test_the_example_role_is_enough(kube: KubeTarget, tmp_path: Path) -> None:
-    target = _setup(kube, tmp_path, _documents("rbac.yaml"))
+    target = example_setup(kube, tmp_path, example_documents("rbac.yaml"))
     h, logs = await _shutdown(target, tmp_path)
     assert logs.at(logging.WARNING) == [], logs.messages
     steps = {s.name: s.outcome for s in h.ctx.timeline.steps}
@@ -105,17 +73,6 @@ async def test_the_example_role_is_enough(kube: KubeTarget, tmp_path: Path) -> N
         ).strip()
         == "no"
     )
-
-
-def _without(group: str, resource: str, verb: str) -> list[dict[str, Any]]:
-    documents = _documents("rbac.yaml")
-    for document in documents:
-        for rule in document.get("rules") or []:
-            if group in rule["apiGroups"] and resource in rule["resources"]:
-                rule["verbs"] = [v for v in rule["verbs"] if v != verb]
-        if document.get("rules") is not None:
-            document["rules"] = [r for r in document["rules"] if r["verbs"]]
-    return documents
 
 
 class Removed(NamedTuple):
@@ -143,7 +100,7 @@ class Removed(NamedTuple):
     ids=lambda r: f"{r.resource}-{r.verb}",
 )
 async def test_one_verb_less_is_named_and_falls_back(kube: KubeTarget, tmp_path: Path, removed: Removed) -> None:
-    target = _setup(kube, tmp_path, _without(removed.group, removed.resource, removed.verb))
+    target = example_setup(kube, tmp_path, example_rbac_without(removed.group, removed.resource, removed.verb))
     h, logs = await _shutdown(target, tmp_path)
     warnings = logs.at(logging.WARNING)
     named = [m for m in warnings if "HTTP 403" in m and removed.expected in m]
@@ -154,3 +111,32 @@ async def test_one_verb_less_is_named_and_falls_back(kube: KubeTarget, tmp_path:
         assert steps.get("fallback delay") == "ok", steps
     if removed.resource == "leases":
         assert kube.cluster.read_lease(LEASE)["spec"]["holderIdentity"] == f"{POD}_0c1d2e"
+
+
+SERVICES_RULE = {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "watch"]}
+
+
+@pytest.mark.parametrize("granted", [True, False], ids=["services-granted", "services-not-granted"])
+async def test_without_named_services_the_drain_needs_services_list_and_watch(
+    kube: KubeTarget, tmp_path: Path, granted: bool
+) -> None:
+    """No ``endpoint_drain.services``: with list/watch on Services (what
+    rbac.yaml's comment says to add) the plugin finds the Services that
+    select the pod and the drain reads only their slices; without, the
+    server's 403 is named and the drain reads every slice, as it did."""
+    rbac = example_documents("rbac.yaml")
+    if granted:
+        (role,) = [d for d in rbac if d["kind"] == "Role"]
+        role["rules"].append(SERVICES_RULE)
+    target = example_setup(kube, tmp_path, rbac)
+    section = SECTION.replace(f"services: [{SERVICE}], ", "")
+    h, logs = await _shutdown(target, tmp_path, section)
+    warnings = logs.at(logging.WARNING)
+    steps = {s.name: s.outcome for s in h.ctx.timeline.steps}
+    assert steps["endpoint drain"] == "ok", steps
+    if granted:
+        assert warnings == [], warnings
+        assert f"Services that select this pod: {SERVICE}" in logs.messages, logs.messages
+    else:
+        assert any("HTTP 403" in m and 'cannot list resource "services"' in m for m in warnings), warnings
+        assert any("reads every EndpointSlice" in m for m in warnings), warnings

@@ -140,6 +140,36 @@ def test_bad_settings_exit_2_with_one_line_each(tmp_path: Path) -> None:
     assert any("no process named 'nope'" in line for line in lines), lines
 
 
+@pytest.mark.parametrize(
+    ("grace", "drain", "warned"),
+    [
+        ("2s", "{propagation_delay: 2s, fallback_delay: 1s}", ["propagation_delay 2s does not fit in grace_period 2s"]),
+        ("10s", "{fallback_delay: 15s}", ["fallback_delay 15s does not fit in grace_period 10s"]),
+        ("30s", "{propagation_delay: 5s, fallback_delay: 15s}", []),
+    ],
+)
+def test_check_warns_about_delays_the_grace_period_cannot_hold(
+    tmp_path: Path, grace: str, drain: str, warned: list[str]
+) -> None:
+    """``supervisor check``: a warning at the delay's line, and still exit 0."""
+    import subprocess
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(f"grace_period: {grace}\n" + _yaml(f"endpoint_drain: {drain}"))
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "supervisor"), "check", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result
+    warnings = [line for line in result.stderr.splitlines() if ": warning: " in line]
+    assert len(warnings) == len(warned), result.stderr
+    for line, text in zip(warnings, warned, strict=True):
+        assert line.startswith(f"{path}:") and text in line, line
+
+
 def test_endpoint_conditions() -> None:
     # nil ready means ready, nil terminating means not terminating (KEP-1672).
     assert endpoint_routes({"addresses": ["10.0.0.1"]})
@@ -237,6 +267,7 @@ def test_the_client_is_imported_only_when_enabled() -> None:
         "import sys, supervisor_kubernetes as k\n"
         "k.KubernetesPlugin()\n"
         "assert 'kubernetes' not in sys.modules, sorted(m for m in sys.modules if 'kube' in m)\n"
+        "assert 'urllib3' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

@@ -6,21 +6,26 @@ anything is stopped (instead of ``preStop: sleep 15``), release the leader
 Lease the moment its holder process is gone, and record what happened as
 Events on the pod.  See README.md for the settings.
 
-The ``kubernetes`` client is imported only when the plugin is enabled, in a
-worker thread, during normal operation (so that neither the start nor the
-shutdown pays for it); the modules imported here use only trio and the
-supervisor's API at import time.
+In a pod the plugin talks to the API server through a small client of its
+own over urllib3; the ``kubernetes`` package is imported only to read a
+kubeconfig, for runs outside a cluster.  Either is loaded when the plugin is
+enabled, in a worker thread, during normal operation (so that neither the
+start nor the shutdown pays for it); the modules imported here use only trio
+and the supervisor's API at import time.
 """
 
 from __future__ import annotations
 
+import trio
+
 from supervisor import SKIP, Config, Context, Deadline, ExitStatus, ProcessInfo, Settings, hookimpl
 
-from ._api import APIError
 from ._connection import Connector
 from ._drain_step import DrainStep, check_services
-from ._lease_step import LeaseStep
+from ._errors import APIError
+from ._lease_step import LeaseStep, time_to_keep
 from ._pod import PodState, complete_identity, read_pod_at_sigterm
+from ._services import ServiceIndex
 from ._settings import KubernetesSettings, parse_settings
 
 __all__ = ["KubernetesPlugin", "KubernetesSettings"]
@@ -42,6 +47,11 @@ class KubernetesPlugin:
     def __init__(self) -> None:
         self._connector = Connector()
         self._pod = PodState()
+        self._services: ServiceIndex | None = None
+        # Set once the background hook has done its start-up work (it may go
+        # on following the Services): what a test waits for.
+        self.settled = trio.Event()
+        self._reads_at_sigterm = (0, 0)
 
     # -- configuration ---------------------------------------------------------
 
@@ -53,8 +63,15 @@ class KubernetesPlugin:
 
     @hookimpl
     async def supervisor_background(self, ctx: Context) -> None:
-        """Import the client, load the configuration and learn the pod's UID
-        and IPs now, while there is time, rather than during the shutdown."""
+        """Load the client and learn the pod's UID, IPs and labels now, while
+        there is time, rather than during the shutdown; then follow the
+        Services that select the pod until the shutdown cancels this."""
+        try:
+            await self._start(ctx)
+        finally:
+            self.settled.set()
+
+    async def _start(self, ctx: Context) -> None:
         settings = _settings(ctx)
         try:
             connection = await self._connector.connect(settings, ctx.log)
@@ -62,15 +79,32 @@ class KubernetesPlugin:
         except APIError as exc:
             ctx.log.warning("Kubernetes API not usable yet (will retry at shutdown): %s", exc)
             return
-        if settings.drain is not None:
+        if settings.drain is None:
+            return
+        if settings.drain.services:
             await check_services(ctx, connection, settings.drain)
+            return
+        index = self._services = ServiceIndex(
+            connection.api, connection.pod.namespace, dict(connection.pod.labels or ()), ctx.log
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(index.follow)
+            await index.settled.wait()
+            self.settled.set()
 
     # -- shutdown --------------------------------------------------------------
 
     @hookimpl
     async def supervisor_shutdown_started(self, ctx: Context, deadline: Deadline, reason: str) -> None:
         """Read the own Pod: is it being deleted, and when comes the SIGKILL?"""
-        self._pod = await read_pod_at_sigterm(ctx, _settings(ctx), self._connector, deadline, reason)
+        settings = _settings(ctx)
+        if self._connector.connection is not None:
+            self._reads_at_sigterm = self._connector.connection.api.client.reads()
+        self._pod = await read_pod_at_sigterm(ctx, settings, self._connector, deadline, reason)
+        if settings.lease is not None:
+            # After the deadline has moved to the pod's: the release comes
+            # after the stops, and must not find the drain has used it all.
+            deadline.keep_for_later(time_to_keep(deadline))
 
     @hookimpl
     async def supervisor_pre_stop(self, ctx: Context, deadline: Deadline) -> object:
@@ -83,7 +117,16 @@ class KubernetesPlugin:
         if self._pod.pod is not None and not self._pod.deleting:
             step.skip()
             return SKIP
-        await step.run(self._connector.connection, self._pod)
+        connection = self._connector.connection
+        selecting = self._services.names if self._services is not None else None
+        await step.run(connection, self._pod, selecting)
+        if connection is not None:
+            objects, size = connection.api.client.reads()
+            ctx.log.debug(
+                "read %d objects (%d bytes) from the API server since the shutdown began",
+                objects - self._reads_at_sigterm[0],
+                size - self._reads_at_sigterm[1],
+            )
         return None
 
     @hookimpl

@@ -49,10 +49,10 @@ class Connector:
                 return self.connection
             limit = deadline.remaining_for_hooks() if deadline is not None else math.inf
             with trio.move_on_after(limit) as scope:
-                api_client, namespace = await trio.to_thread.run_sync(load_client, settings, abandon_on_cancel=True)
+                client, namespace = await trio.to_thread.run_sync(load_client, settings, abandon_on_cancel=True)
             if scope.cancelled_caught:
                 raise APIError("no time left to load the Kubernetes client")
             pod = identity_from_environment(settings.pod, settings.service_account_dir, kubeconfig_namespace=namespace)
-            self.connection = Connection(KubeAPI(api_client, request_timeout=settings.request_timeout), pod)
+            self.connection = Connection(KubeAPI(client, request_timeout=settings.request_timeout), pod)
             log.debug("connected as pod %s/%s", pod.namespace, pod.name)
             return self.connection

@@ -11,7 +11,7 @@ and relist on 410 Gone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,6 +173,10 @@ class SliceTracker:
                 )
         return sorted(notes)
 
+    def routing_services(self) -> list[str]:
+        """The Services whose slices still route to this pod."""
+        return sorted({self.ours[name][0] for name in self.routing if name in self.ours})
+
     @property
     def routing(self) -> list[str]:
         return sorted(name for name, routes in self.slices.items() if routes)
@@ -185,21 +189,28 @@ class SliceTracker:
 @dataclass
 class DrainResult:
     """How the drain ended: ``drained``, ``nothing`` (the pod is in no
-    slice), ``fallback`` (the API failed; ``reason`` says why) or ``timeout``."""
+    slice), ``fallback`` (the API failed; ``reason`` says why), ``timeout``
+    or ``no time`` (the deadline left no time to look: ``reason``).
+
+    ``looked``: the slices were listed, so the counts are facts; ``routed``:
+    why the pod still gets traffic although the drain is over (a timeout
+    with slices still routing, or the cases of ``SliceTracker.notes``)."""
 
     outcome: str
     slices: int = 0
     reason: str = ""
     waited: float = 0.0
+    looked: bool = True
+    routed: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         """The timeline's detail."""
         if self.outcome == "nothing":
-            return "in no EndpointSlice"
-        if self.outcome == "fallback":
+            return self.reason or "in no EndpointSlice"
+        if self.outcome in ("fallback", "no time"):
             return self.reason
         if self.outcome == "timeout":
-            return f"{self.slices} slices still routing"
+            return f"{self.slices} slices still routing" if self.looked else "the slices were never listed"
         return f"{self.slices} slices"
 
 
@@ -219,14 +230,17 @@ class EndpointDrain:
         log: logging.Logger,
         *,
         until: float,
+        services: Sequence[str] = (),
     ) -> None:
+        """``services``: the Services whose slices to follow (default: the
+        ``services`` setting; both empty: every slice of the namespace)."""
         self.api = connection.api
         self.pod = connection.pod
         self.settings = settings
         self.deadline = deadline
         self.log = log
         self.until = until
-        self.selector = slice_selector(settings.services, settings.managed_by)
+        self.selector = slice_selector(services or settings.services, settings.managed_by)
         self.tracker = SliceTracker(connection.pod)
         self.progress = _Progress(log, settings.progress_interval, until)
         self.version = ""  # the resourceVersion to watch from
@@ -234,11 +248,13 @@ class EndpointDrain:
     async def run(self) -> DrainResult:
         started = trio.current_time()
         failure: APIError | None = None
+        looked = False
         with trio.move_on_at(self.until) as scope:
             try:
                 items, version = await self._list()
             except APIError as exc:
                 return DrainResult("fallback", reason=str(exc), waited=trio.current_time() - started)
+            looked = True
             self.tracker.reset(items)
             for service in missing_services(self.settings.services, items):
                 self.log.warning(
@@ -258,10 +274,14 @@ class EndpointDrain:
         if failure is not None:
             return DrainResult("fallback", len(self.tracker.slices), str(failure), waited)
         if scope.cancelled_caught:
-            return DrainResult("timeout", len(self.tracker.routing), waited=waited)
-        for note in self.tracker.notes():
+            if not looked:
+                return DrainResult("timeout", waited=waited, looked=False)
+            routed = [f"Service {service} still routes to this pod" for service in self.tracker.routing_services()]
+            return DrainResult("timeout", len(self.tracker.routing), waited=waited, routed=routed)
+        notes = self.tracker.notes()
+        for note in notes:
             self.log.warning("%s", note)
-        return DrainResult("drained", len(self.tracker.slices), waited=waited)
+        return DrainResult("drained", len(self.tracker.slices), waited=waited, routed=notes)
 
     async def _list(self) -> tuple[list[dict[str, Any]], str]:
         return await self.api.list_endpoint_slices(self.pod.namespace, self.selector, self.deadline)

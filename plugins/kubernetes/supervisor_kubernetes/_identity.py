@@ -26,10 +26,13 @@ class PodIdentity:
     namespace: str
     uid: str = ""
     ips: tuple[str, ...] = ()
+    # The pod's labels once read from the pod object (None: not read yet):
+    # which Services select it.
+    labels: tuple[tuple[str, str], ...] | None = None
 
     def completed_from(self, pod: Mapping[str, Any]) -> PodIdentity:
-        """Fill the UID and IPs that the environment did not give from the
-        pod object itself."""
+        """Fill the UID and IPs that the environment did not give, and the
+        labels, from the pod object itself."""
         meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
         ips = list(self.ips)
@@ -42,6 +45,7 @@ class PodIdentity:
             self,
             uid=self.uid or str(meta.get("uid") or ""),
             ips=tuple(dict.fromkeys(ips)),
+            labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
         )
 
 

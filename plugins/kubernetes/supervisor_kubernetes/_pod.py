@@ -39,10 +39,11 @@ class PodState:
 
 
 async def complete_identity(connection: Connection) -> None:
-    """Learn the pod's UID and IPs from a read of the pod when the
-    environment did not give them (``APIError`` when it cannot be read)."""
+    """Learn the pod's labels, and its UID and IPs when the environment did
+    not give them, from a read of the pod (``APIError`` when it cannot be
+    read)."""
     pod = connection.pod
-    if not pod.uid or not pod.ips:
+    if not pod.uid or not pod.ips or pod.labels is None:
         found = await connection.api.read_pod(pod.namespace, pod.name)
         connection.pod = pod.completed_from(found)
 

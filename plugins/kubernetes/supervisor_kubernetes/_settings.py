@@ -7,6 +7,7 @@ client is imported.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from supervisor import Config, Settings
@@ -50,6 +51,10 @@ class DrainSettings:
     fallback_delay: float = 15.0
     watch_timeout: float = 60.0
     progress_interval: float = 2.0
+    # When the drain ends with the pod still routed (a timeout, the last
+    # serving endpoint, publishNotReadyAddresses), keep the processes serving
+    # until the stops need the rest of the deadline.
+    keep_serving: bool = True
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,7 @@ def parse_settings(settings: Settings, config: Config) -> KubernetesSettings:
     if request_timeout <= 0:
         settings.error("request_timeout", "must be more than 0s")
         request_timeout = 5.0
-    return KubernetesSettings(
+    parsed = KubernetesSettings(
         kubeconfig=settings.string("kubeconfig") or None,
         service_account_dir=settings.string("service_account_dir", DEFAULT_SERVICE_ACCOUNT_DIR),
         pod=_pod(settings.section("pod")),
@@ -138,6 +143,38 @@ def parse_settings(settings: Settings, config: Config) -> KubernetesSettings:
         drain=_drain(settings.section("endpoint_drain")),
         lease=_lease(settings.section("lease_release"), config),
     )
+    drain_section = settings.section("endpoint_drain")
+    if parsed.drain is not None and drain_section is not None:
+        _warn_unfitting_delays(drain_section, parsed.drain, config.grace_period, parsed.lease is not None)
+    return parsed
+
+
+def _warn_unfitting_delays(section: Settings, drain: DrainSettings, grace: float, releases: bool) -> None:
+    """Warn (``supervisor check`` and every start) about delays the grace
+    period cannot hold: the drain would never look, or the fixed delay would
+    be cut and leave the processes only the reserve to stop.
+
+    Hooks end before the escalation by the plan's reserve (a tenth of the
+    grace period, at most 1 s) and, with ``lease_release``, by the time the
+    release keeps (a fifth of what is left, at most 1 s)."""
+    hooks = grace - min(1.0, grace * 0.1)
+    if releases:
+        hooks -= min(1.0, hooks * 0.2)
+    log = logging.getLogger("supervisor.plugin.kubernetes")
+    for key, value, what in (
+        ("propagation_delay", drain.propagation_delay, "the drain would have no time to look at the EndpointSlices"),
+        ("fallback_delay", drain.fallback_delay, "the fixed wait would be cut to what is left"),
+    ):
+        if value >= hooks:
+            log.warning(
+                "%s: warning: %s %gs does not fit in grace_period %gs (hooks may use %gs of it): %s",
+                section.position_of(key),
+                section.name(key),
+                value,
+                grace,
+                round(hooks, 3),
+                what,
+            )
 
 
 def _pod(section: Settings | None) -> PodSettings:
@@ -167,6 +204,7 @@ def _drain(section: Settings | None) -> DrainSettings | None:
             "fallback_delay",
             "watch_timeout",
             "progress_interval",
+            "keep_serving",
         )
     )
     watch_timeout = section.duration("watch_timeout", 60.0)
@@ -185,6 +223,7 @@ def _drain(section: Settings | None) -> DrainSettings | None:
         fallback_delay=section.duration("fallback_delay", 15.0),
         watch_timeout=watch_timeout,
         progress_interval=progress_interval,
+        keep_serving=section.boolean("keep_serving", True),
     )
 
 

@@ -8,12 +8,32 @@ the kubelet and the Service see the pod leave rather than vanish.
 A few lines of HTTP/1.1 by hand: one request per connection, GET and HEAD
 only, bounded reads and writes.  A full server library would cost start-up
 time and memory for three fixed answers.
+
+The port is often reachable by anyone on the pod network, and what it must
+never do is take the pod down with it.  So it holds at most a quarter of
+the process's descriptors, and no more than ``MAX_CONNECTIONS``, in
+connections: a new one pushes out the oldest (a kubelet
+sends its whole request at once and is answered in a moment, so the
+connections still open are the ones that send slowly or not at all), a
+request's head must arrive within ``_HEAD_TIMEOUT``, and running out of
+descriptors pushes out the oldest connection and logs one warning a minute
+instead of a traceback per ``accept``.  The descriptors the processes need
+(a restart's pipes) stay free however many connections arrive.
+
+A connection the listener has no room for waits in the kernel's accept
+queue, in order of arrival, so a probe that comes in behind a crowd of
+them waits for the crowd; the orchestrator raises its soft limit on open
+files to the hard one at start (``raise_open_files_limit``) so that this
+crowd is in the listener's hands, not in the queue.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import resource
+import time
 
 import trio
 
@@ -21,12 +41,21 @@ from ..control.operations import Operations
 from .board import Level
 from .metrics import CONTENT_TYPE, render_metrics
 
-__all__ = ["HealthListener"]
+__all__ = ["MAX_CONNECTIONS", "HealthListener"]
 
 log = logging.getLogger("supervisor.health")
 
+MAX_CONNECTIONS = 2048
+"""Connections open at once, at most (a probe needs one for a moment); each
+costs a few kilobytes."""
 _HEAD_LIMIT = 8192
-_TIMEOUT = 5.0
+# A kubelet's request is a few hundred bytes in one segment; two seconds is
+# plenty on a loaded node and short for a connection that only holds a slot.
+_HEAD_TIMEOUT = 2.0
+_WRITE_TIMEOUT = 2.0
+# accept() errors that mean "no resources right now", not a broken socket.
+_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+_WARN_EVERY = 60.0  # seconds between warnings about running out of descriptors
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
@@ -34,6 +63,11 @@ class HealthListener:
     def __init__(self, address: tuple[str, int], operations: Operations) -> None:
         self.address = address
         self.operations = operations
+        # Open connections, oldest first (a dict keeps insertion order).
+        self._open: dict[trio.CancelScope, None] = {}
+        self._limit = _connection_limit()
+        self._short_of_fds = 0  # accept() failures since the last warning
+        self._warned_at: float | None = None
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         host, port = self.address
@@ -45,19 +79,69 @@ class HealthListener:
             return
         log.debug("health listener on %s:%d", host, port)
         task_status.started()
-        await trio.serve_listeners(self._handle, listeners)
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(self._accept_loop, listener, nursery)
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
-        async with stream:
-            try:
-                with trio.fail_after(_TIMEOUT):
-                    head = await _read_head(stream)
-                    status, content_type, body, send_body = self.answer(head)
-                    await stream.send_all(_response(status, content_type, body, send_body))
-            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
-                pass
-            except Exception:
-                log.exception("health listener: request failed")
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in _CAPACITY_ERRNOS:
+                        raise
+                    self._short_of_descriptors(exc)
+                    if not self._drop_oldest():
+                        # Nothing of ours to free: the processes hold them all.
+                        await trio.sleep(0.1)
+                    continue
+                if len(self._open) >= self._limit:
+                    self._drop_oldest()
+                # Registered here, not when the task first runs, so that a
+                # burst of accepts counts every connection at once.
+                scope = trio.CancelScope()
+                self._open[scope] = None
+                nursery.start_soon(self._handle, stream, scope)
+
+    def _drop_oldest(self) -> bool:
+        for scope in self._open:
+            del self._open[scope]
+            scope.cancel()
+            return True
+        return False
+
+    def _short_of_descriptors(self, exc: OSError) -> None:
+        self._short_of_fds += 1
+        now = time.monotonic()
+        if self._warned_at is not None and now - self._warned_at < _WARN_EVERY:
+            return
+        log.warning(
+            "health listener: accept failed %d time(s): %s; closing the oldest probe connections",
+            self._short_of_fds,
+            exc.strerror or exc,
+        )
+        self._warned_at, self._short_of_fds = now, 0
+
+    async def _handle(self, stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+        try:
+            with scope:
+                async with stream:
+                    await self._serve_one(stream)
+        finally:
+            self._open.pop(scope, None)
+
+    async def _serve_one(self, stream: trio.SocketStream) -> None:
+        try:
+            with trio.fail_after(_HEAD_TIMEOUT):
+                head = await _read_head(stream)
+            status, content_type, body, send_body = self.answer(head)
+            with trio.fail_after(_WRITE_TIMEOUT):
+                await stream.send_all(_response(status, content_type, body, send_body))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
+            pass
+        except Exception:
+            log.exception("health listener: request failed")
 
     def answer(self, head: bytes | None) -> tuple[int, str, str, bool]:
         """(status, content type, body, whether to send the body)."""
@@ -79,6 +163,13 @@ class HealthListener:
         if path == "/metrics":
             return 200, CONTENT_TYPE, render_metrics(self.operations), send_body
         return 404, text, "not found: try /livez, /readyz or /metrics\n", send_body
+
+
+def _connection_limit() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(16, min(MAX_CONNECTIONS, soft // 4))
 
 
 async def _read_head(stream: trio.SocketStream) -> bytes | None:

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from .._units import format_duration
-from .protocol import SOCKET_ENV, client_candidates
+from .protocol import SOCKET_ENV, client_candidates, peer_uid, server_trusted
 
 __all__ = ["ControlClient", "SupervisorUnreachable", "main"]
 
@@ -56,6 +56,7 @@ class ControlClient:
         self.timeout = timeout
 
     def _connect(self) -> socket.socket:
+        explicit = bool(self.path or os.environ.get(SOCKET_ENV))
         candidates = [self.path] if self.path else client_candidates()
         missing = []
         for path in candidates:
@@ -70,6 +71,13 @@ class ControlClient:
             except OSError as exc:
                 sock.close()
                 raise SupervisorUnreachable(_connect_error(path, exc)) from None
+            server = peer_uid(sock)
+            if server is None or not server_trusted(server, path, explicit=explicit):
+                sock.close()
+                raise SupervisorUnreachable(
+                    f"{path} is served by uid {server}, not by root or by you (uid {os.getuid()}): "
+                    "not a supervisor to trust; is someone else's program listening there?"
+                )
             return sock
         where = " or ".join(missing)
         raise SupervisorUnreachable(

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import socket
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ import trio
 from ..runtime.capture import captured
 from .logs import LogLine, LogRing
 from .operations import ControlError, Operations
-from .protocol import MAX_REQUEST, peer_allowed, prepare_directory
+from .protocol import MAX_REQUEST, open_lock, peer_allowed, peer_uid, prepare_directory
 
 __all__ = ["ControlServer"]
 
@@ -62,7 +61,7 @@ class ControlServer:
             await trio.serve_listeners(self._handle, [listener])
         finally:
             with contextlib.suppress(OSError):
-                if os.stat(self.path).st_ino == self._inode:
+                if os.lstat(self.path).st_ino == self._inode:
                     os.unlink(self.path)
 
     def _bind(self) -> trio.socket.SocketType:
@@ -82,8 +81,9 @@ class ControlServer:
             raise
         finally:
             os.umask(old)
-        os.chmod(self.path, 0o600)
-        self._inode = os.stat(self.path).st_ino
+        # (No chmod: the umask made it 0600, and a chmod by path would follow
+        # a link that someone with write access to the directory put there.)
+        self._inode = os.lstat(self.path).st_ino
         plain.listen(16)
         return trio.socket.from_stdlib_socket(plain)
 
@@ -92,7 +92,7 @@ class ControlServer:
         supervisors sharing a directory never take each other's socket."""
         import fcntl
 
-        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_lock(self.path + ".lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -115,7 +115,7 @@ class ControlServer:
 
     async def _serve_one(self, stream: trio.SocketStream) -> None:
         send = _sender(stream)
-        uid = _peer_uid(stream.socket)
+        uid = peer_uid(stream.socket)
         if uid is None or not peer_allowed(uid, self._uid):
             log.warning("control socket: refused a client of uid %s", uid)
             # Its request is read (and ignored) first: closing with unread
@@ -280,15 +280,6 @@ def _names(request: dict[str, Any]) -> list[str]:
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise ControlError('"names" must be a list of process names')
     return names
-
-
-def _peer_uid(sock: trio.socket.SocketType) -> int | None:
-    try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return None
-    _pid, uid, _gid = struct.unpack("3i", raw)
-    return int(uid)
 
 
 def _error(message: str) -> dict[str, object]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..config import ProcessSpec
 from .capture import captured
-from .privileges import preexec_for
+from .privileges import login_environment, preexec_for
 
 __all__ = ["SpawnOptions", "raise_open_files_limit", "spawn_options", "start_now"]
 
@@ -84,7 +84,8 @@ def spawn_options(spec: ProcessSpec, inherited_fds: tuple[int, ...] = ()) -> Spa
         preexec = _with_terminal(preexec)
     return SpawnOptions(
         argv=list(spec.command),
-        env={**os.environ, **spec.env},
+        # The configured env: wins over the user's login variables.
+        env={**login_environment(spec, os.environ), **spec.env},
         cwd=spec.cwd,
         # Helpers get no stdin; the main process gets ours, like tini.
         stdin=None if spec.main else subprocess.DEVNULL,

@@ -16,8 +16,7 @@ connections: a new one pushes out the oldest (a kubelet
 sends its whole request at once and is answered in a moment, so the
 connections still open are the ones that send slowly or not at all), a
 request's head must arrive within ``_HEAD_TIMEOUT``, and running out of
-descriptors pushes out the oldest connection and logs one warning a minute
-instead of a traceback per ``accept``.  The descriptors the processes need
+descriptors pushes out the oldest connection (``accept_connections``).  The descriptors the processes need
 (a restart's pipes) stay free however many connections arrive.
 
 A connection the listener has no room for waits in the kernel's accept
@@ -30,13 +29,12 @@ crowd is in the listener's hands, not in the queue.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import resource
-import time
 
 import trio
 
+from ..control.accept import accept_connections
 from ..control.operations import Operations
 from .board import Level
 from .metrics import CONTENT_TYPE, render_metrics
@@ -53,9 +51,6 @@ _HEAD_LIMIT = 8192
 # plenty on a loaded node and short for a connection that only holds a slot.
 _HEAD_TIMEOUT = 2.0
 _WRITE_TIMEOUT = 2.0
-# accept() errors that mean "no resources right now", not a broken socket.
-_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-_WARN_EVERY = 60.0  # seconds between warnings about running out of descriptors
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
@@ -66,8 +61,6 @@ class HealthListener:
         # Open connections, oldest first (a dict keeps insertion order).
         self._open: dict[trio.CancelScope, None] = {}
         self._limit = _connection_limit()
-        self._short_of_fds = 0  # accept() failures since the last warning
-        self._warned_at: float | None = None
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         host, port = self.address
@@ -84,25 +77,15 @@ class HealthListener:
                 nursery.start_soon(self._accept_loop, listener, nursery)
 
     async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
-        async with listener:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    if exc.errno not in _CAPACITY_ERRNOS:
-                        raise
-                    self._short_of_descriptors(exc)
-                    if not self._drop_oldest():
-                        # Nothing of ours to free: the processes hold them all.
-                        await trio.sleep(0.1)
-                    continue
-                if len(self._open) >= self._limit:
-                    self._drop_oldest()
-                # Registered here, not when the task first runs, so that a
-                # burst of accepts counts every connection at once.
-                scope = trio.CancelScope()
-                self._open[scope] = None
-                nursery.start_soon(self._handle, stream, scope)
+        connections = accept_connections(listener, what="health listener", log=log, free_one=self._drop_oldest)
+        async for stream in connections:
+            if len(self._open) >= self._limit:
+                self._drop_oldest()
+            # Registered here, not when the task first runs, so that a
+            # burst of accepts counts every connection at once.
+            scope = trio.CancelScope()
+            self._open[scope] = None
+            nursery.start_soon(self._handle, stream, scope)
 
     def _drop_oldest(self) -> bool:
         for scope in self._open:
@@ -110,18 +93,6 @@ class HealthListener:
             scope.cancel()
             return True
         return False
-
-    def _short_of_descriptors(self, exc: OSError) -> None:
-        self._short_of_fds += 1
-        now = time.monotonic()
-        if self._warned_at is not None and now - self._warned_at < _WARN_EVERY:
-            return
-        log.warning(
-            "health listener: accept failed %d time(s): %s; closing the oldest probe connections",
-            self._short_of_fds,
-            exc.strerror or exc,
-        )
-        self._warned_at, self._short_of_fds = now, 0
 
     async def _handle(self, stream: trio.SocketStream, scope: trio.CancelScope) -> None:
         try:

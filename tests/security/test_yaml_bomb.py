@@ -1,0 +1,60 @@
+"""An alias bomb costs what its text costs (issue: 409 bytes inside a
+plugin's ``json:`` body made ``check`` take 29 s and 5.5 GB, and a run
+take 37 s to die on SIGTERM)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from supervisor.config._source import MAX_VALUES
+from tests.control._ctl import write_config
+from tests.pid1 import SUPERVISOR, Supervisor
+
+
+def _bomb(tmp_path: Path) -> str:
+    # Nine levels of nine aliases each: 9**9 (387 million) values once expanded.
+    levels = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    levels += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    body = "\n".join(" " * 18 + line for line in levels)
+    return write_config(
+        tmp_path,
+        f"""
+        processes:
+          - name: app
+            main: true
+            command: [sleep, "60"]
+        plugins:
+          http:
+            requests:
+              - phase: pre_stop
+                url: http://127.0.0.1:9/drain
+                json:
+{body}
+        """,
+    )
+
+
+def test_check_refuses_an_alias_bomb_fast_and_small(tmp_path: Path) -> None:
+    config = _bomb(tmp_path)
+    assert Path(config).stat().st_size < 1024
+    start = time.monotonic()
+    proc = subprocess.Popen([SUPERVISOR, "check", "-c", config], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    took = time.monotonic() - start
+    assert proc.stderr is not None
+    stderr = proc.stderr.read().decode()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 2, stderr
+    (line,) = stderr.splitlines()
+    assert f"values, more than the {MAX_VALUES:,} a document may hold" in line, line
+    assert took < 10, took  # (the time to start Python and read a file, on a loaded machine)
+    assert usage.ru_maxrss < 200 * 1024, usage.ru_maxrss  # KiB: no expanded copy was built
+
+
+def test_a_run_with_an_alias_bomb_exits_2_at_once(tmp_path: Path) -> None:
+    with Supervisor(["-c", _bomb(tmp_path)]) as sup:
+        assert sup.wait(30) == 2
+    assert "may hold" in sup.output

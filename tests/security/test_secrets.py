@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests.control._ctl import row, wait_status, write_config
 from tests.pid1 import SUPERVISOR, Supervisor
+from tests.security._configs import pre_stop_request
 
 _SECRET = "s3cr3t-VALUE"
 
@@ -49,19 +50,8 @@ def test_check_hides_query_values_and_passwords_also_ones_that_break_the_url(tmp
                 command: [sleep, "60"]
                 ready: {{http: "{broken}"}}
             """
-        in_plugin = f"""
-            processes:
-              - name: app
-                main: true
-                command: [sleep, "60"]
-            plugins:
-              http:
-                requests:
-                  - phase: pre_stop
-                    url: "{broken}"
-            """
-        for text in (as_ready, in_plugin):
-            result = _check(write_config(tmp_path, text))
+        for config in (write_config(tmp_path, as_ready), pre_stop_request(tmp_path, broken)):
+            result = _check(config)
             assert result.returncode == 2, result
             assert _SECRET not in result.stdout + result.stderr, result.stderr
             assert result.stderr.endswith(

@@ -10,31 +10,15 @@ import time
 from pathlib import Path
 
 from supervisor.config._source import MAX_VALUES
-from tests.control._ctl import write_config
 from tests.pid1 import SUPERVISOR, Supervisor
+from tests.security._configs import pre_stop_request
 
 
 def _bomb(tmp_path: Path) -> str:
     # Nine levels of nine aliases each: 9**9 (387 million) values once expanded.
     levels = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     levels += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
-    body = "\n".join(" " * 18 + line for line in levels)
-    return write_config(
-        tmp_path,
-        f"""
-        processes:
-          - name: app
-            main: true
-            command: [sleep, "60"]
-        plugins:
-          http:
-            requests:
-              - phase: pre_stop
-                url: http://127.0.0.1:9/drain
-                json:
-{body}
-        """,
-    )
+    return pre_stop_request(tmp_path, "http://127.0.0.1:9/drain", "\n".join(levels))
 
 
 def test_check_refuses_an_alias_bomb_fast_and_small(tmp_path: Path) -> None:

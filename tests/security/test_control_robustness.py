@@ -107,7 +107,7 @@ def test_a_flood_of_idle_connections_costs_bounded_memory(tmp_path: Path) -> Non
         wait_status(sup, lambda a: row(a, "spew")["state"] == "running")
         orchestrator = _orchestrator(sup)
         before = _rss_kib(orchestrator)
-        idle = []
+        idle: list[socket.socket] = []
         try:
             end = time.monotonic() + 60
             while len(idle) < 4000 and time.monotonic() < end:

@@ -19,17 +19,20 @@ request's head must arrive within ``_HEAD_TIMEOUT``, and running out of
 descriptors pushes out the oldest connection (``accept_connections``).  The descriptors the processes need
 (a restart's pipes) stay free however many connections arrive.
 
-A connection the listener has no room for waits in the kernel's accept
-queue, in order of arrival, so a probe that comes in behind a crowd of
-them waits for the crowd; the orchestrator raises its soft limit on open
-files to the hard one at start (``raise_open_files_limit``) so that this
-crowd is in the listener's hands, not in the queue.
+A connection waits in the kernel's accept queue, in order of arrival, so
+a probe that comes in behind a crowd waits for the crowd: the listener
+accepts whatever is waiting in one go (``accept_connections``) and answers
+a request that has arrived whole at once, without a task of its own; the
+orchestrator raises its soft limit on open files to the hard one at start
+(``raise_open_files_limit``), so that the crowd is in the listener's
+hands, not in the queue.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import resource
 
 import trio
@@ -59,7 +62,7 @@ class HealthListener:
         self.address = address
         self.operations = operations
         # Open connections, oldest first (a dict keeps insertion order).
-        self._open: dict[trio.CancelScope, None] = {}
+        self._open: dict[trio.CancelScope, trio.SocketStream] = {}
         self._limit = _connection_limit()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -79,33 +82,68 @@ class HealthListener:
     async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         connections = accept_connections(listener, what="health listener", log=log, free_one=self._drop_oldest)
         async for stream in connections:
+            first = _read_now(stream)
+            unsent = None
+            if first is not None and _complete(first):
+                # A probe as a kubelet sends it: answered at once, so that it
+                # does not wait for the tasks of a crowd that arrived before.
+                unsent = self._answer_now(stream, first)
+                if not unsent:
+                    continue
             if len(self._open) >= self._limit:
                 self._drop_oldest()
             # Registered here, not when the task first runs, so that a
             # burst of accepts counts every connection at once.
             scope = trio.CancelScope()
-            self._open[scope] = None
-            nursery.start_soon(self._handle, stream, scope)
+            self._open[scope] = stream
+            nursery.start_soon(self._handle, stream, scope, first or b"", unsent)
+
+    def _answer_now(self, stream: trio.SocketStream, head: bytes) -> bytes:
+        """Answer a request whose head has arrived whole, without waiting;
+        returns what did not fit into the socket's buffer (the stream is
+        closed when that is nothing)."""
+        response = _response(*self.answer(head if len(head) <= _HEAD_LIMIT else None))
+        try:
+            written = os.write(stream.socket.fileno(), response)
+        except BlockingIOError:
+            written = 0
+        except OSError:
+            written = len(response)  # the client is gone: nothing to answer
+        if written == len(response):
+            stream.socket.close()
+        return response[written:]
 
     def _drop_oldest(self) -> bool:
-        for scope in self._open:
+        for scope, stream in self._open.items():
             del self._open[scope]
+            # Closed now, not when its task next runs: a burst of accepts
+            # must find the descriptor free.
+            stream.socket.close()
             scope.cancel()
             return True
         return False
 
-    async def _handle(self, stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+    async def _handle(
+        self, stream: trio.SocketStream, scope: trio.CancelScope, first: bytes, unsent: bytes | None
+    ) -> None:
         try:
             with scope:
                 async with stream:
-                    await self._serve_one(stream)
+                    if unsent is None:
+                        await self._serve_one(stream, first)
+                    else:
+                        with (
+                            contextlib.suppress(trio.BrokenResourceError, trio.TooSlowError),
+                            trio.fail_after(_WRITE_TIMEOUT),
+                        ):
+                            await stream.send_all(unsent)
         finally:
             self._open.pop(scope, None)
 
-    async def _serve_one(self, stream: trio.SocketStream) -> None:
+    async def _serve_one(self, stream: trio.SocketStream, first: bytes) -> None:
         try:
             with trio.fail_after(_HEAD_TIMEOUT):
-                head = await _read_head(stream)
+                head = await _read_head(stream, first)
             status, content_type, body, send_body = self.answer(head)
             with trio.fail_after(_WRITE_TIMEOUT):
                 await stream.send_all(_response(status, content_type, body, send_body))
@@ -143,9 +181,22 @@ def _connection_limit() -> int:
     return max(16, min(MAX_CONNECTIONS, soft // 4))
 
 
-async def _read_head(stream: trio.SocketStream) -> bytes | None:
-    data = b""
-    while b"\r\n\r\n" not in data and b"\n\n" not in data:
+def _complete(data: bytes) -> bool:
+    return b"\r\n\r\n" in data or b"\n\n" in data or len(data) > _HEAD_LIMIT
+
+
+def _read_now(stream: trio.SocketStream) -> bytes | None:
+    """What has arrived on a new connection (None: nothing yet, or gone)."""
+    try:
+        return os.read(stream.socket.fileno(), _HEAD_LIMIT + 1) or None
+    except OSError:  # BlockingIOError: nothing yet; a reset: read again in the task
+        return None
+
+
+async def _read_head(stream: trio.SocketStream, data: bytes = b"") -> bytes | None:
+    if len(data) > _HEAD_LIMIT:
+        return None
+    while not _complete(data):
         chunk = b""
         with contextlib.suppress(trio.BrokenResourceError):
             chunk = await stream.receive_some(4096)

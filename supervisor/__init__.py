@@ -37,6 +37,8 @@ _EXPORTS = {
     "Deadline": "._deadline",
     "HttpRequest": "._http",
     "HttpResponse": "._http",
+    "http_url_problem": "._redact",
+    "redact_url": "._redact",
     "why_cancelled": "._cancelled",
     "ExitStatus": "._status",
     "Step": "._timeline",
@@ -57,6 +59,8 @@ if TYPE_CHECKING:
     from ._deadline import Deadline as Deadline
     from ._http import HttpRequest as HttpRequest
     from ._http import HttpResponse as HttpResponse
+    from ._redact import http_url_problem as http_url_problem
+    from ._redact import redact_url as redact_url
     from ._status import ExitStatus as ExitStatus
     from ._timeline import Step as Step
     from ._timeline import Timeline as Timeline

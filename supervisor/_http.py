@@ -106,7 +106,7 @@ def _blocking_send(request: HttpRequest, read: int) -> HttpResponse:
 
     parts = urlsplit(request.url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {request.url}")
+        raise ValueError(f"not an http(s) URL: {redact_url(request.url)}")
     connection: http.client.HTTPConnection
     if parts.scheme == "https":
         context = _tls_context(request.tls_verify, request.ca_file)

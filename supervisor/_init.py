@@ -79,6 +79,7 @@ _RUN_COMMAND = "run"
 
 def main() -> NoReturn:
     """Console-script entry point."""
+    _isolate()
     caller_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
     _reset_ignored_signals()
     args = sys.argv[1:]
@@ -104,6 +105,40 @@ def main() -> NoReturn:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(code)
+
+
+# The image's explicit choice to let PYTHONPATH and the user's site
+# directory reach the supervisor itself (plugins installed with pip --target).
+ALLOW_PYTHONPATH_ENV = "SUPERVISOR_ALLOW_PYTHONPATH"
+
+
+def _isolate() -> None:
+    """Run as ``python -I``: start again with that flag when PYTHONPATH or a
+    user site directory could decide what this process imports.
+
+    The supervisor runs as root while the directories on PYTHONPATH may be
+    the application's, writable by its dropped user: a ``json.py`` there
+    would run as root in every ``supervisor health`` exec probe, and a
+    ``.dist-info`` would replace a plugin.  The environment is not changed:
+    the processes started get PYTHONPATH as configured.  Nothing of the
+    package has run yet but its first imports; ``python -I -m supervisor``
+    (or ``-I`` in the script's first line, as the image has) isolates from
+    the first byte.
+    """
+    if sys.flags.isolated or os.environ.get(ALLOW_PYTHONPATH_ENV) == "1":
+        return
+    import site  # frozen and already imported at start-up: costs nothing
+
+    user_site = site.ENABLE_USER_SITE and site.USER_SITE in sys.path
+    if not (os.environ.get("PYTHONPATH") or user_site):
+        return
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name.endswith("__main__"):  # python -m supervisor
+        again = [sys.executable, "-I", "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
+    else:  # the console script
+        again = [sys.executable, "-I", sys.argv[0], *sys.argv[1:]]
+    os.execv(sys.executable, again)
 
 
 def _reset_ignored_signals() -> None:

@@ -32,6 +32,7 @@ from .config import Config, ProcessSpec, start_levels
 from .control.service import Services
 from .runtime import SupervisedProcess
 from .runtime.output import install_std_streams
+from .runtime.spawn import raise_open_files_limit
 
 if TYPE_CHECKING:
     from ._early import EarlySignals
@@ -75,6 +76,8 @@ def run_orchestrator(  # noqa: PLR0913 - each is one fact of the start, passed o
 ) -> int:
     # From here on no write to stdout/stderr can block the event loop.
     install_std_streams()
+    # After the main process's early start, which so keeps the runtime's limit.
+    raise_open_files_limit()
     configure_logging(LogSettings(config.log_format, config.log_level))
     status = StatusPipe(status_fd)
     status.send(f"log {config.log_format} {config.log_level}")

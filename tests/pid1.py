@@ -37,6 +37,7 @@ class Launch(TypedDict, total=False):
     stdin: int | None  # default /dev/null
     cwd: str | Path | None
     pass_fds: Sequence[int]
+    wrap: Sequence[str]  # a command that runs the rest (``prlimit --nofile=...``)
 
 
 class Supervisor:
@@ -54,6 +55,7 @@ class Supervisor:
         self.socket = env["SUPERVISOR_SOCKET"]
         self.pid1 = launch.get("pid1", True)
         argv = [*unshare, SUPERVISOR, *args] if self.pid1 else [SUPERVISOR, *args]
+        argv = [*launch.get("wrap", ()), *argv]
         self._pid: int | None = None
         self.started = time.monotonic()
         self.proc = subprocess.Popen(

@@ -69,7 +69,7 @@ def hook_concurrency(bench: Bench) -> list[Row]:
         yaml = f"plugins:\n{sections}"
         bench.say(f"  supervisor, round {round_ + 1}")
         try:
-            env = {"PYTHONPATH": str(site)}
+            env = {"PYTHONPATH": str(site), "SUPERVISOR_ALLOW_PYTHONPATH": "1"}
             with bench.run(bench.ours, ["term-exit", "{sock}"], label="hooks", yaml=yaml, env=env) as run:
                 run.ready()
                 sent = time.monotonic_ns()

@@ -108,7 +108,7 @@ def overrun(bench: Bench) -> list[Row]:
 
 def _once(bench: Bench, site: Path, stall: str, grace: float, problems: list[str]) -> float | None:
     yaml = f"plugins:\n  overrun-{stall}: {{}}\n"
-    env = {"PYTHONPATH": str(site)}
+    env = {"PYTHONPATH": str(site), "SUPERVISOR_ALLOW_PYTHONPATH": "1"}
     role = ["ignore-term", "{sock}"]
     with bench.run(bench.ours, role, label=f"overrun-{stall}", yaml=yaml, env=env, grace=grace) as run:
         run.ready()

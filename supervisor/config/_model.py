@@ -86,7 +86,9 @@ class ProcessSpec:
     cwd: str | None = None
     user: str | None = None  # as written: a name or a number
     group: str | None = None
-    no_new_privs: bool = False
+    # None: as the file does not say.  With `user` (not root) that means
+    # no_new_privs on and every capability dropped (supervisor.runtime.privileges).
+    no_new_privs: bool | None = None
     capabilities: Capabilities | None = None
     restart: RestartPolicy = "never"
     backoff: Backoff = field(default_factory=Backoff)

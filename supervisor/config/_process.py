@@ -65,7 +65,7 @@ def parse_process(entry: Settings) -> ProcessSpec | None:
         cwd=_path(entry, "cwd"),
         user=_account(entry, "user", pwd.getpwnam, "/etc/passwd"),
         group=_account(entry, "group", grp.getgrnam, "/etc/group"),
-        no_new_privs=entry.boolean("no_new_privs"),
+        no_new_privs=entry.boolean("no_new_privs") if "no_new_privs" in entry else None,
         capabilities=_capabilities(entry.section("capabilities")),
         restart=cast(RestartPolicy, entry.string("restart", "never", choices=RESTART_POLICIES)),
         backoff=_backoff(entry.section("backoff")),

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-import urllib.parse
 from collections.abc import Callable
 
+from .._redact import http_url_problem
 from .._units import format_duration
 from ._model import ReadyCheck, ReadyKind
 from ._settings import Settings
@@ -123,16 +123,8 @@ def parse_tcp_address(text: str) -> tuple[str, int]:
 
 
 def _http_url(section: Settings, text: str) -> str | None:
-    try:
-        url = urllib.parse.urlsplit(text)
-        url.port  # noqa: B018 - raises ValueError for an invalid port
-    except ValueError as exc:
-        section.error("http", f"invalid URL {text!r}: {exc}")
-        return None
-    if url.scheme not in ("http", "https") or not url.hostname:
-        section.error(
-            "http",
-            f"expected an http:// or https:// URL such as http://127.0.0.1:8080/healthz, got {text!r}",
-        )
+    problem = http_url_problem(text)
+    if problem is not None:
+        section.error("http", problem)
         return None
     return text

@@ -19,12 +19,15 @@ from ._errors import Problem
 from ._nodes import Node, Scalar, child_path
 from ._position import Position
 
-__all__ = ["parse_file", "parse_text"]
+__all__ = ["MAX_VALUES", "parse_file", "parse_text"]
 
 _TAG = "tag:yaml.org,2002:"
 _STR, _MAP, _SEQ, _MERGE = _TAG + "str", _TAG + "map", _TAG + "seq", _TAG + "merge"
 # A deployment's file is a few kilobytes; this only stops /dev/zero and the like.
 _MAX_SIZE = 16 << 20
+# Values a document may hold with its aliases expanded: whoever reads a part
+# of the tree as plain data (a plugin's JSON body, say) expands them.
+MAX_VALUES = 100_000
 # Scalars kept as the text written: dates stay strings (nobody wants a
 # datetime for a path), and "=" is YAML 1.1's obscure "value" key.
 _AS_TEXT = {_STR, _TAG + "timestamp", _TAG + "value", _MERGE}
@@ -124,7 +127,10 @@ class _Converter:
 
     Aliases are converted once and shared (so a "billion laughs" document
     costs what its text costs); an alias to a node that contains it is
-    reported instead of recursing forever.
+    reported instead of recursing forever.  Each node's size with its
+    aliases expanded is counted too, and a node larger than ``MAX_VALUES``
+    is reported (and dropped): reading it as plain data would build every
+    copy.
     """
 
     def __init__(self, file: str, environ: Mapping[str, str]) -> None:
@@ -132,6 +138,7 @@ class _Converter:
         self.environ = environ
         self.problems: list[Problem] = []
         self._done: dict[int, Node] = {}
+        self._sizes: dict[int, int] = {}  # values under each node, aliases expanded
         self._active: set[int] = set()
         self._path: list[str | int] = []
         # Only used for its resolver and its scalar constructors; they read
@@ -152,18 +159,25 @@ class _Converter:
         if id(node) in self._active:
             return self._bad(position, "an alias refers to a node that contains it (recursive structure)")
         self._active.add(id(node))
+        size = 1
         try:
             if isinstance(node, yaml.ScalarNode):
                 result = self._scalar(node, position)
             elif isinstance(node, yaml.SequenceNode) and node.tag == _SEQ:
                 items = [self._convert_at(i, item) for i, item in enumerate(node.value)]
                 result = Node(items, position)
+                size += sum(self._sizes.get(id(item), 1) for item in node.value)
             elif isinstance(node, yaml.MappingNode) and node.tag == _MAP:
                 result = self._mapping(node, position)
+                size += sum(self._sizes.get(id(key), 1) + self._sizes.get(id(value), 1) for key, value in node.value)
             else:
                 result = self._bad(position, _tag_message(node.tag))
         finally:
             self._active.discard(id(node))
+        if size > MAX_VALUES:
+            message = f"aliases expand this to {size:,} values, more than the {MAX_VALUES:,} a document may hold"
+            result, size = self._bad(position, message), 1
+        self._sizes[id(node)] = size
         self._done[id(node)] = result
         return result
 

@@ -25,7 +25,7 @@ from .._cliparse import UsageError as _Usage
 from .._cliparse import describe_commands
 from .._units import format_duration
 from .present import STATE_STYLES, Colours, format_log_line, json_line, only_processes, parse_since
-from .protocol import SOCKET_ENV, client_candidates
+from .protocol import SOCKET_ENV, client_candidates, peer_uid, server_trusted
 
 __all__ = ["ControlClient", "SupervisorUnreachable", "control_parser", "main"]
 
@@ -51,6 +51,7 @@ class ControlClient:
         self.timeout = timeout
 
     def _connect(self) -> socket.socket:
+        explicit = bool(self.path or os.environ.get(SOCKET_ENV))
         candidates = [self.path] if self.path else client_candidates()
         missing = []
         for path in candidates:
@@ -65,6 +66,13 @@ class ControlClient:
             except OSError as exc:
                 sock.close()
                 raise SupervisorUnreachable(_connect_error(path, exc)) from None
+            server = peer_uid(sock)
+            if server is None or not server_trusted(server, path, explicit=explicit):
+                sock.close()
+                raise SupervisorUnreachable(
+                    f"{path} is served by uid {server}, not by root or by you (uid {os.getuid()}): "
+                    "not a supervisor to trust; is someone else's program listening there?"
+                )
             return sock
         where = " or ".join(missing)
         raise SupervisorUnreachable(

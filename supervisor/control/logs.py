@@ -1,7 +1,9 @@
 """Recent output lines per process, for ``supervisor logs``.
 
 A ring per process: at most ``limit`` lines, each cut at ``LINE_LIMIT``
-bytes, so a chatty or binary-spewing process costs a bounded amount of
+bytes, and at most ``RING_BYTES`` of memory in all (a line's text costs up
+to four bytes a character: one emoji makes Python store the whole line
+so), so a chatty or binary-spewing process costs a bounded amount of
 memory however long the pod runs.  Lines arrive from the output pumps
 (``supervisor.runtime.output``'s observer) on the trio thread; followers
 (``logs -f``) get each new line through a callback that must not block.
@@ -10,15 +12,18 @@ memory however long the pod runs.  Lines arrive from the output pumps
 from __future__ import annotations
 
 import collections
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["LINE_LIMIT", "LogLine", "LogRing"]
+__all__ = ["LINE_LIMIT", "RING_BYTES", "LogLine", "LogRing"]
 
 # Longer lines are cut (and marked): a ring holds lines, not megabyte blobs.
 LINE_LIMIT = 8192
 _CUT = " …[cut]"
+# Memory for one process's lines: the last 1000 lines of 2 KiB, or fewer longer ones.
+RING_BYTES = 2 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,7 @@ class LogRing:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._rings: dict[str, collections.deque[LogLine]] = {}
+        self._bytes: dict[str, int] = {}  # memory held by each ring's texts
         self._followers: list[Follower] = []
         self.seen = 0  # lines observed in total
 
@@ -53,8 +59,12 @@ class LogRing:
         if self.limit:
             ring = self._rings.get(process)
             if ring is None:
-                ring = self._rings[process] = collections.deque(maxlen=self.limit)
+                ring = self._rings[process] = collections.deque()
             ring.append(entry)
+            held = self._bytes.get(process, 0) + sys.getsizeof(entry.text)
+            while len(ring) > self.limit or held > RING_BYTES:
+                held -= sys.getsizeof(ring.popleft().text)
+            self._bytes[process] = held
         for follower in tuple(self._followers):
             follower(entry)
 

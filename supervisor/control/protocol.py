@@ -24,13 +24,23 @@ One request per connection; the server closes it after the answer.
 Who may connect: the socket is created with mode 0600 and every connection
 is checked with ``SO_PEERCRED``: only root and the supervisor's own uid are
 served, whatever the file's mode has been changed to.
+
+Whom a client trusts: the same check the other way round.  A socket path
+is only a name, and whoever can write to its directory can put another
+socket there; so the client asks the kernel who is listening and talks
+only to root or to its own uid (``server_trusted``).  The server, for its
+part, refuses a directory that belongs to another user, never follows a
+symbolic link for its lock, and makes a directory of its own that everyone
+may write to sticky, so that no other user can remove its socket.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
+import socket
 import stat
+import struct
+from typing import Protocol
 
 __all__ = [
     "COMMANDS",
@@ -38,8 +48,11 @@ __all__ = [
     "SOCKET_ENV",
     "client_candidates",
     "default_socket",
+    "open_lock",
     "peer_allowed",
+    "peer_uid",
     "prepare_directory",
+    "server_trusted",
 ]
 
 SOCKET_ENV = "SUPERVISOR_SOCKET"
@@ -79,34 +92,90 @@ def _usable_directory(path: str, uid: int) -> bool:
 def client_candidates(uid: int | None = None) -> list[str]:
     """Where the CLI looks, in order, when neither ``--socket`` nor
     ``$SUPERVISOR_SOCKET`` says: the places ``default_socket`` picks from.
-    Root also finds a non-root supervisor's socket in /tmp."""
+    Never another user's directory: a socket there is whatever that user
+    chose to serve (a non-root supervisor's socket is reached with
+    ``--socket``)."""
     env = os.environ.get(SOCKET_ENV)
     if env:
         return [env]
     uid = os.getuid() if uid is None else uid
-    found = [os.path.join(RUN_DIR, SOCKET_NAME), os.path.join(_tmp_dir(uid), SOCKET_NAME)]
-    if uid == 0:
-        with contextlib.suppress(OSError):
-            for entry in sorted(os.listdir("/tmp")):
-                if entry.startswith("supervisor-") and entry[len("supervisor-") :].isdigit():
-                    path = os.path.join("/tmp", entry, SOCKET_NAME)
-                    if path not in found:
-                        found.append(path)
-    return found
+    return [os.path.join(RUN_DIR, SOCKET_NAME), os.path.join(_tmp_dir(uid), SOCKET_NAME)]
 
 
 def prepare_directory(path: str) -> None:
-    """Make the socket's directory; a private one in /tmp must be ours and
-    not a link someone else planted.  Raises OSError saying what is wrong."""
+    """Make the socket's directory, or check the one that is there: a
+    directory, not a link to one, owned by this uid or by root (a private
+    one in /tmp: by this uid).  One that everyone may write to is made
+    sticky if it is ours, so that nobody else can remove or rename the
+    socket in it.  Raises OSError saying what is wrong."""
     directory = os.path.dirname(path) or "."
     private = directory.startswith("/tmp/")
     os.makedirs(directory, mode=0o700 if private else 0o755, exist_ok=True)
-    info = os.lstat(directory)
-    if private and (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()):
-        raise PermissionError(f"{directory} is not a directory owned by uid {os.getuid()}")
+    uid = os.getuid()
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PermissionError(f"{directory} is not a directory owned by uid {uid} ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        owners = (uid,) if private else (uid, 0)
+        if info.st_uid not in owners:
+            whose = f"uid {uid}" if private else f"uid {uid} or root"
+            raise PermissionError(f"{directory} is not a directory owned by {whose}")
+        others_write = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if others_write and not info.st_mode & stat.S_ISVTX and info.st_uid == uid:
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) | stat.S_ISVTX)
+    finally:
+        os.close(fd)
+
+
+def open_lock(path: str) -> int:
+    """Open (creating) the lock file ``path``: never through a symbolic link,
+    and only a regular file of this uid.  Returns the descriptor."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        os.close(fd)
+        raise PermissionError(f"{path} is not a file of uid {os.getuid()}")
+    return fd
 
 
 def peer_allowed(peer_uid: int, own_uid: int | None = None) -> bool:
     """Root, and the user the supervisor runs as."""
     own = os.getuid() if own_uid is None else own_uid
     return peer_uid in (0, own)
+
+
+class _Socket(Protocol):
+    """A stdlib socket or a trio one."""
+
+    def getsockopt(self, level: int, option: int, buflen: int, /) -> bytes: ...
+
+
+def peer_uid(sock: _Socket) -> int | None:
+    """The uid of the process at the other end of a Unix socket, as the
+    kernel recorded it at ``connect``/``listen``; None if it cannot say."""
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", raw)
+    return int(uid)
+
+
+def server_trusted(server_uid: int, path: str, *, explicit: bool, own_uid: int | None = None) -> bool:
+    """Whether a client of ``own_uid`` may believe the server of ``server_uid``
+    at ``path``: root or itself; and, for a path the user named
+    (``--socket``, ``$SUPERVISOR_SOCKET``), the owner of the socket's
+    directory when nobody else may write to that directory (so that only
+    that user can have put the socket there)."""
+    own = os.getuid() if own_uid is None else own_uid
+    if server_uid in (0, own):
+        return True
+    if not explicit:
+        return False
+    try:
+        info = os.lstat(os.path.dirname(path) or ".")
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == server_uid and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)

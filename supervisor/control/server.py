@@ -5,6 +5,12 @@ credentials are checked before the request is even read, so a refused
 client learns nothing but the refusal.  Every wait on a client is bounded
 (reading its request, writing to it), so no client can pin a task, and the
 server's tasks end with the orchestrator: they never delay a shutdown.
+
+Even an allowed client is held to bounds: at most ``MAX_CONNECTIONS``
+connections and ``MAX_FOLLOWERS`` ``logs -f`` at once (one more is told so
+and closed), a request nested too deeply for the JSON parser is refused
+like any other bad request, and a client that hangs up, a follower above
+all, is no error.
 """
 
 from __future__ import annotations
@@ -14,7 +20,6 @@ import json
 import logging
 import os
 import socket
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +27,12 @@ from typing import Any
 import trio
 
 from ..runtime.capture import captured
+from .accept import accept_connections
 from .logs import LogLine, LogRing
 from .operations import ControlError, Operations
-from .protocol import COMMANDS, MAX_REQUEST, peer_allowed, prepare_directory
+from .protocol import COMMANDS, MAX_REQUEST, open_lock, peer_allowed, peer_uid, prepare_directory
 
-__all__ = ["ControlServer"]
+__all__ = ["MAX_CONNECTIONS", "MAX_FOLLOWERS", "ControlServer"]
 
 log = logging.getLogger("supervisor.control")
 
@@ -34,6 +40,14 @@ _READ_TIMEOUT = 5.0  # for the request line
 _WRITE_TIMEOUT = 10.0  # for each answer line: a client that stopped reading is dropped
 _FOLLOW_BUFFER = 1024  # lines a slow `logs -f` client may fall behind before it loses some
 _DEFAULT_LINES = 10
+_REFUSE_TIMEOUT = 0.2  # for telling a client over the limit so
+_BACKLOG = 128  # bursts of exec probes and scripts wait here rather than get EAGAIN
+MAX_CONNECTIONS = 64
+"""Connections served at once."""
+MAX_FOLLOWERS = 16
+"""``logs -f`` clients at once."""
+# What a client that went away looks like, wherever it is noticed.
+_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError)
 
 
 class ControlServer:
@@ -44,6 +58,8 @@ class ControlServer:
         self._uid = os.getuid()
         self._inode = -1
         self._lock_fd: int | None = None
+        self._connections = 0
+        self._followers = 0
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind (replacing a stale socket), then serve until cancelled.  A
@@ -60,10 +76,17 @@ class ControlServer:
         try:
             listener = trio.SocketListener(sock)
             task_status.started()
-            await trio.serve_listeners(self._handle, [listener])
+            async with trio.open_nursery() as nursery:
+                connections = accept_connections(listener, what="control socket", log=log, free_one=lambda: False)
+                async for stream in connections:
+                    if self._connections >= MAX_CONNECTIONS:
+                        await _refuse(stream, f"busy: {MAX_CONNECTIONS} connections are open; try again")
+                        continue
+                    self._connections += 1
+                    nursery.start_soon(self._handle, stream)
         finally:
             with contextlib.suppress(OSError):
-                if os.stat(self.path).st_ino == self._inode:
+                if os.lstat(self.path).st_ino == self._inode:
                     os.unlink(self.path)
             self._unlock()
 
@@ -84,9 +107,10 @@ class ControlServer:
             raise
         finally:
             os.umask(old)
-        os.chmod(self.path, 0o600)
-        self._inode = os.stat(self.path).st_ino
-        plain.listen(16)
+        # (No chmod: the umask made it 0600, and a chmod by path would follow
+        # a link that someone with write access to the directory put there.)
+        self._inode = os.lstat(self.path).st_ino
+        plain.listen(_BACKLOG)
         return trio.socket.from_stdlib_socket(plain)
 
     def _lock_or_raise(self) -> None:
@@ -96,7 +120,7 @@ class ControlServer:
 
         lock = self.path + ".lock"
         while True:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = open_lock(lock)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -105,7 +129,7 @@ class ControlServer:
             # Its holder removes the file when done (see _unlock): a lock
             # taken on a file no longer at the path is no lock; try again.
             try:
-                if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                if os.lstat(lock).st_ino == os.fstat(fd).st_ino:
                     break
             except FileNotFoundError:
                 pass
@@ -120,26 +144,27 @@ class ControlServer:
         if fd is None:
             return
         with contextlib.suppress(OSError):
-            if os.stat(self.path + ".lock").st_ino == os.fstat(fd).st_ino:
+            if os.lstat(self.path + ".lock").st_ino == os.fstat(fd).st_ino:
                 os.unlink(self.path + ".lock")
         os.close(fd)
 
     # -- one connection ---------------------------------------------------------
 
     async def _handle(self, stream: trio.SocketStream) -> None:
-        async with stream:
-            try:
+        try:
+            async with stream:
                 await self._serve_one(stream)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
-                pass  # the client went away or stopped reading
-            except Exception:
+        except Exception as exc:
+            if not _client_gone(exc):
                 # A bug answering one request must not take the server (or
                 # the orchestrator) down with it.
                 log.exception("control socket: request failed")
+        finally:
+            self._connections -= 1
 
     async def _serve_one(self, stream: trio.SocketStream) -> None:
         send = _sender(stream)
-        uid = _peer_uid(stream.socket)
+        uid = peer_uid(stream.socket)
         if uid is None or not peer_allowed(uid, self._uid):
             log.warning("control socket: refused a client of uid %s", uid)
             # Its request is read (and ignored) first: closing with unread
@@ -195,7 +220,13 @@ class ControlServer:
         if ask.name is not None:
             self._check_captured(ask.name)
         if ask.follow:
-            await self._follow(ask, stream, send)
+            if self._followers >= MAX_FOLLOWERS:
+                raise ControlError(f"busy: {MAX_FOLLOWERS} clients follow the logs already; try again later")
+            self._followers += 1
+            try:
+                await self._follow(ask, stream, send)
+            finally:
+                self._followers -= 1
             return
         for line in self.ring.recent(ask.name, ask.lines, since=ask.since):
             await send(line.as_dict())
@@ -298,9 +329,28 @@ async def _read_request(stream: trio.SocketStream) -> dict[str, Any] | str:
         request = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         return f"not JSON: {exc}"
+    except RecursionError:
+        return "not a request: nested too deeply"
     if not isinstance(request, dict):
         return 'a request is a JSON object such as {"command": "status"}'
     return request
+
+
+async def _refuse(stream: trio.SocketStream, message: str) -> None:
+    """Tell a client over a limit why, and close.  Its request is not read:
+    waiting for it would let idle connections slow the accepting down (the
+    answer is queued before the close, where the client reads it)."""
+    with trio.move_on_after(_REFUSE_TIMEOUT), contextlib.suppress(*_GONE):
+        await stream.send_all((json.dumps(_error(message)) + "\n").encode())
+    await stream.aclose()
+
+
+def _client_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` only says that the client went away or stopped
+    reading (also from inside a nursery, as an exception group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_client_gone(inner) for inner in exc.exceptions)
+    return isinstance(exc, _GONE)
 
 
 def _names(request: dict[str, Any]) -> list[str]:
@@ -308,15 +358,6 @@ def _names(request: dict[str, Any]) -> list[str]:
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise ControlError('"names" must be a list of process names')
     return names
-
-
-def _peer_uid(sock: trio.socket.SocketType) -> int | None:
-    try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return None
-    _pid, uid, _gid = struct.unpack("3i", raw)
-    return int(uid)
 
 
 def _error(message: str) -> dict[str, object]:

@@ -21,6 +21,9 @@ passes through here.
 ``pump_lines`` copies a ``log_prefix`` child's pipe into a writer and shows
 each line to an optional observer (``supervisor logs`` keeps a ring buffer of
 them); observers registered with ``add_line_observer`` see every pumped line.
+A line longer than ``LINE_LIMIT`` bytes is cut into lines that say so (as
+s6-log does), so that a child writing without newlines costs the
+supervisor a bounded amount of memory and time.
 Stdlib only at import time: trio is needed only by ``pump_lines`` callers.
 """
 
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
 __all__ = [
+    "LINE_LIMIT",
     "LineObserver",
     "OutputWriter",
     "add_line_observer",
@@ -60,6 +64,11 @@ the trio thread for every line; it must not block."""
 # What may wait for a stuck sink: enough for a burst of log lines or a few
 # screens of a child's output, small enough to be no memory concern.
 _DEFAULT_CAPACITY = 256 * 1024
+# Longer lines of a log_prefix process are cut: the container runtime splits
+# log lines at 16 KiB too, so a longer one is no single record anyway.
+LINE_LIMIT = 16 * 1024
+_CUT = b" [cut: line longer than %d bytes, continued below]" % LINE_LIMIT
+_CONTINUED = b"[continued] "
 # How long the exit waits for queued output before giving up on the sink.
 _EXIT_FLUSH_SECONDS = 0.5
 
@@ -283,17 +292,52 @@ async def pump_lines(
 ) -> None:
     """Copy a child's output line by line with ``prefix`` into ``writer``
     (``log_prefix``), and show each line to ``on_line``.  A last line without
-    a newline is completed when the pipe closes."""
+    a newline is completed when the pipe closes; a line longer than
+    ``LINE_LIMIT`` is written in pieces, each marked where it was cut."""
     pending = b""
+    continued = False  # whether ``pending`` continues a cut line
+
+    def emit(lines: list[bytes]) -> None:
+        writer.write(b"".join(prefix + line + b"\n" for line in lines))
+        if on_line is not None:
+            for line in lines:
+                on_line(process_name, stream, line)
+
     async for chunk in source:
         pending += chunk
-        *lines, pending = pending.split(b"\n")
+        *complete, pending = pending.split(b"\n")
+        lines: list[bytes] = []
+        for line in complete:
+            pieces, rest = _cut(line, continued)
+            lines += pieces
+            lines.append((_CONTINUED if continued or pieces else b"") + rest)
+            continued = False
+        if len(pending) > LINE_LIMIT:
+            pieces, pending = _cut(pending, continued)
+            lines += pieces
+            continued = True
         if lines:
-            writer.write(b"".join(prefix + line + b"\n" for line in lines))
-            if on_line is not None:
-                for line in lines:
-                    on_line(process_name, stream, line)
-    if pending:
-        writer.write(prefix + pending + b"\n")
-        if on_line is not None:
-            on_line(process_name, stream, pending)
+            emit(lines)
+    if pending or continued:
+        emit([(_CONTINUED if continued else b"") + pending])
+
+
+def _cut(line: bytes, continued: bool) -> tuple[list[bytes], bytes]:
+    """The whole pieces of ``line``, at most ``LINE_LIMIT`` bytes each and
+    marked as cut (and as continued, all but the first unless ``line``
+    continues a cut one), and the rest, unmarked."""
+    pieces = []
+    while len(line) > LINE_LIMIT:
+        cut = _cut_point(line)
+        pieces.append((_CONTINUED if continued else b"") + line[:cut] + _CUT)
+        line, continued = line[cut:], True
+    return pieces, line
+
+
+def _cut_point(data: bytes) -> int:
+    """Where to cut ``data`` near ``LINE_LIMIT``: not inside a UTF-8
+    character (continuation bytes are 0b10xxxxxx)."""
+    for back in range(4):
+        if data[LINE_LIMIT - back] & 0xC0 != 0x80:
+            return LINE_LIMIT - back
+    return LINE_LIMIT  # not UTF-8 anyway

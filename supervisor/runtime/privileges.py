@@ -14,6 +14,14 @@ fork and exec, only makes the system calls, in this order:
    them across exec, e.g. NET_BIND_SERVICE for port 80);
 5. PR_SET_NO_NEW_PRIVS.
 
+With ``user`` (a user other than root) and nothing said about the rest,
+the safe choice is made: every capability dropped (from the bounding set
+when the supervisor can, from the inheritable set always) and
+``no_new_privs`` set, so that a setuid-root binary cannot make the
+process root again.  ``no_new_privs: false`` and ``capabilities: {drop:
+[]}`` say otherwise.  ``login_environment`` gives such a process the
+user's HOME, USER and LOGNAME.
+
 python-prctl makes the prctl and capability calls; it has no ambient
 capabilities, so those (and capabilities newer than its table) go through
 libc's prctl directly.
@@ -48,6 +56,7 @@ __all__ = [
     "PrivilegeError",
     "PrivilegePlan",
     "check_privileges",
+    "login_environment",
     "plan_privileges",
     "preexec_for",
 ]
@@ -204,11 +213,18 @@ def plan_privileges(spec: ProcessSpec) -> PrivilegePlan:
     """
     state = _State.read()
     uid, gid, groups, wanted = _resolve_ids(spec)
+    final_uid = uid if uid is not None else state.euid
+    # `user:` alone: the safe defaults of the module's docstring.
+    safe_default = spec.user is not None and final_uid != 0
     caps = spec.capabilities
     drop: set[int] = set()
     keep: set[int] = set()
-    if caps is not None:
-        everything = set(range(state.last_cap + 1)) | set(CAPABILITIES.values())
+    everything = set(range(state.last_cap + 1)) | set(CAPABILITIES.values())
+    if caps is None and safe_default:
+        # Only what this process may drop: without CAP_SETPCAP the bounding
+        # set stays (no_new_privs still keeps setuid binaries powerless).
+        drop = everything if state.has(_CAP_SETPCAP) else {cap for cap in everything if state.inheritable >> cap & 1}
+    elif caps is not None:
         keep = {_capability(name) for name in caps.keep}
         named_drop = {_capability(name) for name in caps.drop if name != "all"}
         if both := sorted(named_drop & keep):
@@ -219,7 +235,6 @@ def plan_privileges(spec: ProcessSpec) -> PrivilegePlan:
             drop |= everything - keep
         drop -= keep
 
-    final_uid = uid if uid is not None else state.euid
     ambient = tuple(sorted(keep)) if keep and final_uid != 0 else ()
     plan = PrivilegePlan(
         uid=uid if uid is not None and state.uids != (uid, uid, uid) else None,
@@ -230,7 +245,7 @@ def plan_privileges(spec: ProcessSpec) -> PrivilegePlan:
         inheritable_raise=tuple(cap for cap in ambient if not state.inheritable >> cap & 1),
         keepcaps=bool(ambient) and uid is not None and 0 in state.uids and uid != 0,
         ambient=ambient,
-        no_new_privs=spec.no_new_privs,
+        no_new_privs=spec.no_new_privs if spec.no_new_privs is not None else safe_default,
         label=spec.name,
     )
     problem = _problem(plan, state, wanted)
@@ -257,6 +272,27 @@ def preexec_for(spec: ProcessSpec) -> Callable[[], None] | None:
     if plan.problem:
         raise PrivilegeError(plan.problem)
     return plan.preexec() if plan.needed else None
+
+
+def login_environment(spec: ProcessSpec, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with HOME, USER and LOGNAME of ``spec``'s user (from the
+    passwd database, as ``login`` would set them) when it names one; a user
+    without an entry gets HOME=/ and no USER or LOGNAME rather than the
+    supervisor's (HOME=/root)."""
+    env = dict(environ)
+    if spec.user is None:
+        return env
+    try:
+        _uid, entry = _user(spec.user)
+    except PrivilegeError:
+        return env  # reported by plan_privileges
+    for key in ("HOME", "USER", "LOGNAME"):
+        env.pop(key, None)
+    if entry is None:
+        env["HOME"] = "/"
+    else:
+        env.update(HOME=entry.pw_dir or "/", USER=entry.pw_name, LOGNAME=entry.pw_name)
+    return env
 
 
 # -- resolution -----------------------------------------------------------------

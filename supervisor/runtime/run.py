@@ -24,7 +24,7 @@ from .._status import ExitStatus
 from .._units import format_duration, signal_name
 from ..config import ProcessSpec
 from .capture import pump_through
-from .child import Child, open_child, shell_join, spawn_failure
+from .child import Child, open_child, spawn_failure
 from .output import notify_line, pump_lines, stderr_writer, stdout_writer
 
 __all__ = ["Run"]
@@ -74,7 +74,9 @@ class Run:
             return False
         finally:
             self.spawned.set()
-        log.info("started %s (pid %d): %s", self.spec.name, self.child.pid, shell_join(self.spec.command))
+        # Name and PID only: the command may hold a secret substituted from
+        # the environment (--token=${TOKEN}); `supervisor check` shows it.
+        log.info("started %s (pid %d)", self.spec.name, self.child.pid)
         return True
 
     async def watch(self) -> ExitStatus:

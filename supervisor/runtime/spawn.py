@@ -9,6 +9,7 @@ the child the same environment, descriptors, process group and privileges.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 from collections.abc import Callable, Mapping
@@ -17,9 +18,33 @@ from typing import Any
 
 from ..config import ProcessSpec
 from .capture import captured
-from .privileges import preexec_for
+from .privileges import login_environment, preexec_for
 
-__all__ = ["SpawnOptions", "spawn_options", "start_now"]
+__all__ = ["SpawnOptions", "raise_open_files_limit", "spawn_options", "start_now"]
+
+# The limit on open files the runtime gave us, for the children, once the
+# orchestrator has raised its own (None: not raised).
+_children_nofile: tuple[int, int] | None = None
+
+
+def raise_open_files_limit() -> None:
+    """Raise this process's soft limit on open files to its hard limit.
+
+    Several container runtimes give 1024; the orchestrator's descriptors
+    (connections to the probe port and the control socket, the output pipes
+    of every process) must not run out before a restart's pipes are made.
+    The children get the soft limit the runtime gave, as they would without
+    a supervisor: some programs (select() users) depend on it staying low.
+    """
+    global _children_nofile
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard in (soft, resource.RLIM_INFINITY):
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError):
+        return
+    _children_nofile = (soft, hard)
 
 
 @dataclass(frozen=True)
@@ -54,12 +79,13 @@ def spawn_options(spec: ProcessSpec, inherited_fds: tuple[int, ...] = ()) -> Spa
     # Read by the supervisor (supervisor/runtime/capture.py), but for an
     # interactive main process, which keeps the terminal.
     piped = subprocess.PIPE if captured(spec) else None
-    preexec = preexec_for(spec)
+    preexec = _with_children_limit(preexec_for(spec))
     if spec.main and spec.process_group and _stdin_is_a_terminal():
         preexec = _with_terminal(preexec)
     return SpawnOptions(
         argv=list(spec.command),
-        env={**os.environ, **spec.env},
+        # The configured env: wins over the user's login variables.
+        env={**login_environment(spec, os.environ), **spec.env},
         cwd=spec.cwd,
         # Helpers get no stdin; the main process gets ours, like tini.
         stdin=None if spec.main else subprocess.DEVNULL,
@@ -70,6 +96,24 @@ def spawn_options(spec: ProcessSpec, inherited_fds: tuple[int, ...] = ()) -> Spa
         process_group=0 if spec.process_group else None,
         preexec_fn=preexec,
     )
+
+
+def _with_children_limit(then: Callable[[], None] | None) -> Callable[[], None] | None:
+    """In the child, between fork and exec: the soft limit on open files back
+    to the runtime's (see ``raise_open_files_limit``), before ``then``.  Only
+    when it was raised: a ``preexec_fn`` makes subprocess fork instead of
+    vfork."""
+    limits = _children_nofile
+    if limits is None:
+        return then
+    setrlimit, nofile = resource.setrlimit, resource.RLIMIT_NOFILE
+
+    def restore_limit() -> None:
+        setrlimit(nofile, limits)
+        if then is not None:
+            then()
+
+    return restore_limit
 
 
 def _stdin_is_a_terminal() -> bool:

@@ -45,7 +45,8 @@ def test_a_plugin_reports_a_status_line_and_a_check(tmp_path: Path) -> None:
             command: ["sleep", "60"]
         """,
     )
-    with Supervisor(["-c", config], env={"PYTHONPATH": str(_site(tmp_path))}) as sup:
+    env = {"PYTHONPATH": str(_site(tmp_path)), "SUPERVISOR_ALLOW_PYTHONPATH": "1"}
+    with Supervisor(["-c", config], env=env) as sup:
         answer = wait_status(sup, lambda a: bool(a["plugins"]))
         assert answer["plugins"] == {"guests": "guests: 2 running, 1 shutting down"}
         (check,) = answer["checks"]

@@ -56,19 +56,32 @@ def test_a_private_directory_must_be_ours(tmp_path: Path) -> None:
         shutil.rmtree(theirs)
 
 
-def test_root_finds_a_non_root_supervisors_socket(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cli_never_looks_in_another_users_directory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(protocol.SOCKET_ENV, raising=False)
     made = Path("/tmp/supervisor-65532")
     existed = made.exists()
     made.mkdir(exist_ok=True)
     try:
-        candidates = protocol.client_candidates(uid=0)
-        assert candidates[:2] == ["/run/supervisor/control.sock", "/tmp/supervisor-0/control.sock"]
-        assert "/tmp/supervisor-65532/control.sock" in candidates
+        assert protocol.client_candidates(uid=0) == ["/run/supervisor/control.sock", "/tmp/supervisor-0/control.sock"]
         assert "/tmp/supervisor-65532/control.sock" not in protocol.client_candidates(uid=1000)
     finally:
         if not existed:
             made.rmdir()
+
+
+def test_whom_a_client_trusts(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65532, 65532)
+    path = f"{theirs}/control.sock"
+    assert protocol.server_trusted(0, path, explicit=False, own_uid=1000)
+    assert protocol.server_trusted(1000, path, explicit=False, own_uid=1000)
+    assert not protocol.server_trusted(65532, path, explicit=False, own_uid=0)
+    # Named by the user, in a directory only the server's uid can write to.
+    assert protocol.server_trusted(65532, path, explicit=True, own_uid=0)
+    assert not protocol.server_trusted(1000, path, explicit=True, own_uid=0)
+    theirs.chmod(0o777)
+    assert not protocol.server_trusted(65532, path, explicit=True, own_uid=0)
 
 
 def test_peers() -> None:

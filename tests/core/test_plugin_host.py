@@ -2,7 +2,8 @@
 
 Test plugins are real installed distributions: each test writes modules and a
 ``*.dist-info`` with ``entry_points.txt`` into a directory on PYTHONPATH, which
-is exactly how ``importlib.metadata`` finds a pip-installed plugin.
+is exactly how ``importlib.metadata`` finds a pip-installed plugin (with
+``SUPERVISOR_ALLOW_PYTHONPATH=1``: the supervisor ignores PYTHONPATH otherwise).
 """
 
 from __future__ import annotations
@@ -144,7 +145,11 @@ def plugin_path(tmp_path: Path) -> Path:
 
 
 def _env(plugin_path: Path, tmp_path: Path) -> dict[str, str]:
-    return {"PYTHONPATH": str(plugin_path), "RECORD_FILE": str(tmp_path / "record.txt")}
+    return {
+        "PYTHONPATH": str(plugin_path),
+        "SUPERVISOR_ALLOW_PYTHONPATH": "1",
+        "RECORD_FILE": str(tmp_path / "record.txt"),
+    }
 
 
 def _config(tmp_path: Path, plugins: str, *, grace: str = "10s", extra: str = "") -> str:

@@ -134,7 +134,7 @@ def _config(tmp_path: Path, plugin: str | None, command: str = IGNORE_TERM, *, l
 
 
 def _env(site: Path) -> dict[str, str]:
-    return {"PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1"}
+    return {"PYTHONPATH": str(site), "SUPERVISOR_ALLOW_PYTHONPATH": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def _stop_and_time(sup: Supervisor, *, ready: str, stream: str = "stderr") -> tuple[int, float]:

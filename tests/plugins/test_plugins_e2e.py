@@ -217,8 +217,8 @@ def test_bad_plugin_settings_are_one_line_each_and_exit_2(tmp_path: Path) -> Non
         f"{config}:4:20: plugins.sleep.seconds: invalid duration 'soon': use a number of seconds "
         "or a number with ms, s, m or h (30, 30s, 500ms, 1.5s, 2m)",
         f"{config}:7:46: plugins.exec.commands[0].process: unknown process 'nope' (processes: true)",
-        f"{config}:10:32: plugins.http.requests[0].url: invalid URL 'localhost:8080/drain': "
-        "use http://HOST[:PORT]/PATH or https://...",
+        f"{config}:10:32: plugins.http.requests[0].url: expected an http:// or https:// URL "
+        "such as http://127.0.0.1:8080/healthz, got 'localhost:8080/drain'",
     ], sup.output
 
 

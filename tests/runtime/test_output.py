@@ -11,7 +11,14 @@ import time
 import trio
 import trio.testing
 
-from supervisor.runtime.output import OutputWriter, add_line_observer, notify_line, pump_lines, remove_line_observer
+from supervisor.runtime.output import (
+    LINE_LIMIT,
+    OutputWriter,
+    add_line_observer,
+    notify_line,
+    pump_lines,
+    remove_line_observer,
+)
 
 
 def test_write_never_blocks_on_a_full_pipe_and_reports_the_drops() -> None:
@@ -112,5 +119,33 @@ def test_pump_prefixes_lines_and_shows_each_to_the_observers() -> None:
     expected = [("web", "stdout", b"one"), ("web", "stdout", b"two"), ("web", "stdout", b"three")]
     assert seen == expected
     assert registered == expected
+    os.close(read_end)
+    os.close(write_end)
+
+
+def test_pump_lines_cuts_a_long_line_between_characters_and_marks_both_sides() -> None:
+    read_end, write_end = os.pipe()
+    writer = OutputWriter(write_end, "stdout", capacity=1 << 20)
+    seen: list[bytes] = []
+    # A three-byte character across the limit: the cut goes before it.
+    long_line = b"a" * (LINE_LIMIT - 1) + "€".encode() + b"tail"
+
+    async def main() -> None:
+        send, receive = trio.testing.memory_stream_one_way_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: pump_lines(receive, writer, b"[w] ", on_line=lambda _n, _s, line: seen.append(line))
+            )
+            for start in range(0, len(long_line), 1000):
+                await send.send_all(long_line[start : start + 1000])
+            await send.send_all(b"\nnext\n")
+            await send.aclose()
+
+    trio.run(main)
+    assert writer.flush(5.0)
+    cut = f" [cut: line longer than {LINE_LIMIT} bytes, continued below]".encode()
+    assert seen == [b"a" * (LINE_LIMIT - 1) + cut, "[continued] €tail".encode(), b"next"]
+    expected = b"".join(b"[w] " + line + b"\n" for line in seen)
+    assert os.read(read_end, 2 * LINE_LIMIT) == expected
     os.close(read_end)
     os.close(write_end)

@@ -92,6 +92,11 @@ install() {
     # root-owned venv, and without them every start pays for compiling trio.
     # unchecked-hash: the files never change in the image, so skip the stat.
     "$VENV/bin/python" -m compileall -q -j 0 --invalidation-mode unchecked-hash "$VENV/lib" >/dev/null
+    # Isolated from the first byte (python -I): no PYTHONPATH, no user site
+    # directory, no sitecustomize from either, for PID 1 and every exec
+    # probe.  pip writes the interpreter's path alone into the script.
+    sed -i "1s|^#!$VENV/bin/python[0-9.]*\$|& -I|" "$VENV/bin/supervisor"
+    head -n 1 "$VENV/bin/supervisor" | grep -q -- ' -I$' || die "the supervisor script's first line has no -I"
     "$VENV/bin/supervisor" --version >/dev/null || die "the installed supervisor does not start"
 }
 

@@ -5,9 +5,18 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-from supervisor import PHASES, PROCESS_PHASES, Config, HttpRequest, Settings, plan_entries, read_entries, read_phase
+from supervisor import (
+    PHASES,
+    PROCESS_PHASES,
+    Config,
+    HttpRequest,
+    Settings,
+    http_url_problem,
+    plan_entries,
+    read_entries,
+    read_phase,
+)
 
 __all__ = ["PHASES", "PROCESS_PHASES", "Expect", "HttpSettings", "Request", "parse"]
 
@@ -118,14 +127,9 @@ def _parse_url(entry: Settings) -> str | None:
     url = entry.string("url", required=True)
     if url is None:
         return None
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 -- raises ValueError for a port out of range
-    except ValueError as exc:
-        entry.error("url", f"invalid URL {url!r}: {exc}")
-        return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        entry.error("url", f"invalid URL {url!r}: use http://HOST[:PORT]/PATH or https://...")
+    problem = http_url_problem(url)
+    if problem is not None:
+        entry.error("url", problem)
         return None
     return url
 

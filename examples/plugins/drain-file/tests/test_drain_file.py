@@ -232,7 +232,7 @@ def test_a_real_shutdown_with_the_installed_plugin(site: Path, tmp_path: Path) -
         "-c",
         app,
     ]
-    env = {**os.environ, "PYTHONPATH": str(site)}
+    env = {**os.environ, "PYTHONPATH": str(site), "SUPERVISOR_ALLOW_PYTHONPATH": "1"}
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
             end = time.monotonic() + 15

@@ -1,0 +1,5 @@
+"""``python -I -m supervisor``: the console script, isolated from the first byte."""
+
+from ._init import main
+
+main()

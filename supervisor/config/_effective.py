@@ -79,7 +79,7 @@ def _process(spec: ProcessSpec, config: Config) -> dict[str, Any]:
         "cwd": spec.cwd,
         "user": spec.user,
         "group": spec.group,
-        "no_new_privs": spec.no_new_privs,
+        "no_new_privs": _no_new_privs(spec),
         "restart": spec.restart,
         "backoff": _backoff(spec.backoff),
         "on_failure": spec.on_failure,
@@ -93,6 +93,25 @@ def _process(spec: ProcessSpec, config: Config) -> dict[str, Any]:
     if spec.capabilities is not None:
         data["capabilities"] = {"drop": list(spec.capabilities.drop), "keep": list(spec.capabilities.keep)}
     return data
+
+
+def _no_new_privs(spec: ProcessSpec) -> bool:
+    """What a process gets when the file does not say: on for a ``user:``
+    other than root (the safe default of ``supervisor.runtime.privileges``),
+    off otherwise.  A user this machine cannot resolve counts as not root:
+    such a process cannot start, and its own error says why."""
+    if spec.no_new_privs is not None:
+        return spec.no_new_privs
+    if spec.user is None:
+        return False
+    if spec.user.isdigit():
+        return int(spec.user) != 0
+    import pwd
+
+    try:
+        return pwd.getpwnam(spec.user).pw_uid != 0
+    except KeyError:
+        return True
 
 
 def _backoff(backoff: Backoff) -> dict[str, Any]:

@@ -89,10 +89,12 @@ async def supervisor_wind_down(ctx: Context, deadline: Deadline) -> object:
 
 async def _shut_down(ctx: Context, settings: LibvirtSettings, deadline: Deadline, phase: str) -> None:
     from ._connection import Hypervisor
-    from ._shutdown import Report, shut_down_all
+    from ._shutdown import Report, hook_end, shut_down_all
 
     report = Report(ctx.timeline, phase, ctx.plugin, ctx.log)
-    async with Hypervisor(settings.uri, ctx.log, threads=max(32, settings.max_parallel * 2)) as hv:
+    threads = max(32, settings.max_parallel * 2)
+    # The close may wait for calls still in flight: never past the hook's end.
+    async with Hypervisor(settings.uri, ctx.log, threads=threads, close_by=hook_end(deadline, settings)) as hv:
         await shut_down_all(hv, settings, deadline, report)
 
 

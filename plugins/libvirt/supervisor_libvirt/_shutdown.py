@@ -8,6 +8,13 @@ domain's graceful window ends -- ``shutdown_timeout``, its own requested-at +
 grace, or the deadline less the time kept to destroy -- destroy it, gracefully
 (SIGTERM to QEMU) first and plainly if that fails.  ``mode: managedsave``
 saves the guest's memory instead and falls back to the above if saving fails.
+
+A destroy that fails (libvirtd restarting) is tried again until the hook's
+end.  When the hook is cut before every guest is off -- the deadline, its
+hook_timeout, a second SIGTERM (which means "hurry", not "abandon") -- the
+guests still running get a last plain destroy, all at once, in a shielded
+window that ends well before the wall (``last_chance_end``), so that the
+supervisor still escalates and logs its timeline itself.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from ._connection import Hypervisor
 from ._domains import Domain
 from ._settings import LibvirtSettings
 
-__all__ = ["Batch", "DomainShutdown", "Report", "Result", "shut_down_all"]
+__all__ = ["Batch", "DomainShutdown", "Report", "Result", "hook_end", "shut_down_all"]
 
 # Outcomes recorded in the timeline, one per domain; libvirt's shutoff reason
 # tells them apart.  "shut down": the guest powered itself off; "destroyed":
@@ -68,6 +75,17 @@ _REPORT_IN_FLIGHT = 1.0
 # graceful shutdown keeps most of a short budget, and a long budget keeps
 # the whole destroy_reserve.
 _DESTROY_SHARE = 0.25
+# Once the hook is cut, of the time left until the wall, the share the last
+# destroys may use, and its cap.  At the usual cut (the deadline's reserve
+# plus its margin before the wall) 60 % ends before the orchestrator's own
+# escalation; after a second SIGTERM it is 0.6 s of the 1 s slice, and the
+# 0.4 s left is what the orchestrator needs to kill, reap and log.  A plain
+# destroy of a QEMU that heeds SIGTERM returns in tens of milliseconds.
+_LAST_CHANCE_SHARE = 0.6
+_LAST_CHANCE_MAX = 2.0
+# Between last destroys while libvirtd does not answer (the connection
+# itself retries at most once per its retry_interval).
+_LAST_RETRY = 0.1
 
 
 @dataclass
@@ -157,8 +175,39 @@ async def shut_down_all(
             for job in jobs:
                 nursery.start_soon(_one, job, slots, report, results)
     finally:
+        left = [job for job in jobs if job.domain.name not in results]
+        if left:  # the hook was cut
+            with trio.CancelScope(shield=True), trio.move_on_at(last_chance_end(deadline)):
+                await _last_chance(left, results, log)
         report_left_running(jobs, results, log)
     return results
+
+
+def last_chance_end(deadline: Deadline) -> float:
+    """Until when the guests still running when the hook is cut may be
+    destroyed: a share of the time left before the wall (see
+    ``_LAST_CHANCE_SHARE``)."""
+    now = trio.current_time()
+    return now + min(_LAST_CHANCE_MAX, _LAST_CHANCE_SHARE * max(0.0, deadline.wall - now))
+
+
+def hook_end(deadline: Deadline, settings: LibvirtSettings) -> Callable[[], float]:
+    """The latest moment the hook may still wait for something (the
+    connection's close): its end as the host sees it."""
+    return _hooks_end(deadline, settings, trio.current_time())
+
+
+async def _last_chance(jobs: list[DomainShutdown], results: dict[str, Result], log: logging.Logger) -> None:
+    """Destroy, plainly and all at once, the guests still running as the hook
+    is cut; the caller bounds it."""
+    log.warning(
+        "the shutdown was cut short with %d guest(s) not yet off (%s): destroying them now",
+        len(jobs),
+        ", ".join(job.domain.name for job in jobs),
+    )
+    async with trio.open_nursery() as nursery:
+        for job in jobs:
+            nursery.start_soon(job.last_destroy, results)
 
 
 def report_left_running(jobs: list[DomainShutdown], results: dict[str, Result], log: logging.Logger) -> None:
@@ -232,6 +281,7 @@ class DomainShutdown:
         self.stage = "waiting for its turn"
         self.last_state = "running"
         self._cut: tuple[float, Step] | None = None
+        self._destroyed_after_cut = False
 
     def graceful_end(self) -> float:
         """When to stop waiting and destroy: the domain's own limit, or the
@@ -276,8 +326,9 @@ class DomainShutdown:
 
     def _destroy_completed(self) -> None:
         """A destroy call returned (in trio's thread, also after a cut)."""
-        if self._cut is None:
-            return  # not cut: _destroy reports it
+        if self._cut is None or self._destroyed_after_cut:
+            return  # not cut: _destroy reports it; or reported already
+        self._destroyed_after_cut = True
         cut_at, step = self._cut
         late = trio.current_time() - cut_at
         step.outcome = DESTROYED
@@ -411,21 +462,42 @@ class DomainShutdown:
         # and flushes its disks), the other half kept for the plain one
         # (SIGKILL) if that does not finish: a guest that is destroyed late
         # is better than one left running.
-        now = trio.current_time()
-        graceful_until = now + max(0.0, self._batch.hooks_end() - now) / 2
-        try:
-            graceful_error = await destroy(
-                self.hv, self.domain.uuid, graceful_until=graceful_until, on_done=self._destroy_completed
-            )
-        except LibvirtFailure as exc:
-            return await self._destroy_failed(exc)
+        attempts = 0
+        while True:
+            attempts += 1
+            self.stage = "destroying"
+            now = trio.current_time()
+            graceful_until = now + max(0.0, self._batch.hooks_end() - now) / 2
+            try:
+                graceful_error = await destroy(
+                    self.hv, self.domain.uuid, graceful_until=graceful_until, on_done=self._destroy_completed
+                )
+            except LibvirtFailure as exc:
+                settled = await self._destroy_failed(exc, attempts)
+                if settled is not None:
+                    return settled
+                # libvirtd may be back in a moment (a restart): until the
+                # hook is cut, and then once more in the last chance.
+                await trio.sleep(self.hv.retry_interval)
+                continue
+            break
         self.last_state = "shut off"
+        again = f" (attempt {attempts})" if attempts > 1 else ""
         if graceful_error is None:
+            self.log.warning("%s: destroyed%s after %s", name, again, self._summary())
             return Result(DESTROYED, f"after {self._summary()}")
-        self.log.warning("%s: graceful destroy failed (%s); destroyed it plainly", name, graceful_error)
+        self.log.warning(
+            "%s: graceful destroy failed (%s); destroyed it plainly%s after %s",
+            name,
+            graceful_error,
+            again,
+            self._summary(),
+        )
         return Result(DESTROYED, f"after {self._summary()}; graceful destroy failed: {graceful_error}")
 
-    async def _destroy_failed(self, exc: LibvirtFailure) -> Result:
+    async def _destroy_failed(self, exc: LibvirtFailure, attempts: int) -> Result | None:
+        """The outcome if the failed destroy settles it (the guest is off or
+        gone); None if it is still running and the destroy is to be retried."""
         if exc.code == NO_DOMAIN:
             return await self._vanished()
         if exc.code == OPERATION_INVALID:
@@ -438,9 +510,39 @@ class DomainShutdown:
             else:
                 if ops.is_off(state):
                     return self._off(state[1])
-        self.stage = f"destroy failed: {exc}"
-        self.log.error("%s: destroy failed: %s", self.domain.name, exc)
-        return Result(FAILED, f"destroy failed: {exc}")
+        self.stage = f"destroy failed: {exc}; retrying"
+        if attempts == 1:
+            self.log.error("%s: destroy failed: %s; trying again until the shutdown ends", self.domain.name, exc)
+        return None
+
+    async def last_destroy(self, results: dict[str, Result]) -> None:
+        """The hook was cut with this guest not yet off: destroy it plainly,
+        retrying while libvirtd is unreachable; the caller bounds the time."""
+        name = self.domain.name
+        in_flight = self.stage == "destroying"
+        while True:
+            try:
+                await self.hv.call(ops.destroy(self.domain.uuid, graceful=False))
+            except LibvirtFailure as exc:
+                if exc.code in FINAL and (in_flight or self._destroyed_after_cut):
+                    # The destroy in flight at the cut did it; its step is
+                    # amended once that call returns.
+                    self.last_state = "shut off"
+                    results[name] = Result(DESTROYED, f"by the destroy in flight at the cut; {self._summary()}")
+                    return
+                if exc.code in FINAL:  # off or gone meanwhile, some other way
+                    self.last_state = "shut off"
+                    results[name] = Result(GONE, f"off when destroyed after the cut: {exc.message}")
+                    return
+                self.stage = f"last destroy failed: {exc}"
+                await trio.sleep(_LAST_RETRY)
+                continue
+            break
+        self.last_state = "shut off"
+        if self._cut is None:  # cut while waiting for its turn: no step to amend
+            self.log.warning("%s: destroyed after the hook was cut", name)
+        self._destroy_completed()
+        results[name] = Result(DESTROYED, f"after the hook was cut; {self._summary()}")
 
     def _elapsed(self) -> str:
         return format_duration(trio.current_time() - self.started)

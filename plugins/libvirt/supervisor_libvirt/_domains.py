@@ -57,10 +57,13 @@ every start (the same guest started again is another key)."""
 class Domain:
     """A running domain as listed: identity plus what its metadata asks for.
 
-    ``request`` is empty when the live request is only the copy of one in
-    the persistent definition (``request_in_definition``): every start would
-    carry it, so it is reported, never acted on.  ``selected``: whether the
-    plugin's selection (domains, exclude, marker) takes the domain.
+    ``request`` is the live definition's request, whether or not the
+    persistent definition carries the same (a provider writing with ``--live
+    --config``, or a start copying the definition's).  ``definition_only``:
+    the persistent definition carries a request and the live one does not
+    (written with ``--config`` alone): it asks nothing of this boot, so it
+    is reported, never acted on.  ``selected``: whether the plugin's
+    selection (domains, exclude, marker) takes the domain.
     """
 
     name: str
@@ -70,7 +73,7 @@ class Domain:
     request_error: str | None = None
     id: int = 0
     selected: bool = True
-    request_in_definition: bool = False
+    definition_only: bool = False
 
     @property
     def key(self) -> Key:
@@ -130,18 +133,14 @@ def list_domains(selection: Selection | None = None, *, unselected: bool = False
 
 def _describe(libvirt: Any, dom: Any, name: str, *, selected: bool) -> Domain:
     persistent = bool(dom.isPersistent())
-    request, error, in_definition = ShutdownRequest(), None, False
-    xml = _metadata(libvirt, dom, NAMESPACE)
+    request, error = ShutdownRequest(), None
+    xml = _metadata(libvirt, dom, NAMESPACE, _AFFECT_LIVE)
     if xml is not None:
-        # The same element in the persistent definition: the live one is only
-        # its copy, made at start (a request written to an inactive domain).
-        in_definition = persistent and _metadata(libvirt, dom, NAMESPACE, _AFFECT_CONFIG) == xml
         try:
-            parsed = ShutdownRequest.parse(xml)
+            request = ShutdownRequest.parse(xml)
         except ValueError as exc:
             error = str(exc)
-        else:
-            request = ShutdownRequest() if in_definition else parsed
+    definition_only = xml is None and persistent and _metadata(libvirt, dom, NAMESPACE, _AFFECT_CONFIG) is not None
     return Domain(
         name,
         dom.UUIDString(),
@@ -150,7 +149,7 @@ def _describe(libvirt: Any, dom: Any, name: str, *, selected: bool) -> Domain:
         error,
         id=int(dom.ID()),
         selected=selected,
-        request_in_definition=in_definition and error is None,
+        definition_only=definition_only,
     )
 
 
@@ -284,7 +283,7 @@ class RequestView:
 
     uuid: str
     active: bool
-    request: ShutdownRequest | None  # the live one; None: none (or only the definition's copy)
+    request: ShutdownRequest | None  # the live one; None: none
     in_definition: bool  # its persistent definition carries a request
 
 
@@ -331,7 +330,7 @@ def get_request(name: str) -> Callable[[Any], RequestView]:
         live = _metadata(libvirt, dom, NAMESPACE, _AFFECT_LIVE) if active else None
         config = _metadata(libvirt, dom, NAMESPACE, _AFFECT_CONFIG) if dom.isPersistent() else None
         request = None
-        if live is not None and live != config:  # equal: only the definition's copy
+        if live is not None:
             with contextlib.suppress(ValueError):  # unreadable: to be replaced
                 request = ShutdownRequest.parse(live)
         return RequestView(dom.UUIDString(), active, request, config is not None)

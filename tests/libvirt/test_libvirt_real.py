@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
 import time
 from typing import Any
 
@@ -30,7 +31,7 @@ pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.xdist_group("li
 
 LOG = logging.getLogger("supervisor.plugin.libvirt")
 SHUTOFF = 5
-REASON_SHUTDOWN, REASON_DESTROYED = 1, 2
+REASON_SHUTDOWN, REASON_DESTROYED, REASON_DAEMON = 1, 2, 8
 
 
 def settings(libvirtd: Libvirtd, *, exclude: tuple[str, ...] = (), **overrides: Any) -> LibvirtSettings:
@@ -246,3 +247,93 @@ async def test_libvirtd_restarted_mid_shutdown_is_reconnected(
     assert results["rt-restart-slow"].outcome == "shut down"
     assert results["rt-restart-stubborn"].outcome == "destroyed"
     assert elapsed < 25.0
+
+
+async def test_libvirtd_down_across_the_destroy_is_retried_and_the_guest_goes_once_it_is_back(
+    guests: Guests, libvirtd: Libvirtd, caplog: pytest.LogCaptureFixture
+) -> None:
+    guests.start("rt-retry", "stubborn", persistent=True)
+    guests.wait_ready("rt-retry")
+    caplog.set_level(logging.INFO)
+
+    async def down_across_the_destroy() -> None:
+        await logged(caplog, "rt-retry: shutdown requested")
+        await trio.to_thread.run_sync(libvirtd.stop)
+        await logged(caplog, "rt-retry: destroy failed")
+        await trio.to_thread.run_sync(libvirtd.start)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(down_across_the_destroy)
+        # One press, done before libvirtd stops: a libvirtd stopped in the
+        # middle of a call may kill the guest itself as it comes back.
+        config = settings(libvirtd, shutdown_timeout=3.0, resend_interval=60.0)
+        results, elapsed = await shut_down(config, budget=40.0)
+    # The destroy tried again once libvirtd answered.  A destroy that comes
+    # while the restarted libvirtd is still reconnecting to the QEMU makes
+    # libvirtd finish the guest off itself, with its own reason.
+    result = results["rt-retry"]
+    assert result.outcome == "destroyed" or result.detail.startswith("killed by libvirtd as it reconnected"), results
+    assert "rt-retry: destroy failed" in caplog.text
+    assert "still running as the shutdown ends" not in caplog.text
+    guests.reconnect(libvirtd.uri)
+    assert guests.state("rt-retry") in ((SHUTOFF, REASON_DESTROYED), (SHUTOFF, REASON_DAEMON))
+    assert elapsed < 40.0
+
+
+def virsh_metadata(libvirtd: Libvirtd, name: str, request: ShutdownRequest, *where: str) -> None:
+    """Write a request as a provider would, with virsh."""
+    subprocess.run(
+        ["virsh", "-q", "-c", libvirtd.uri, "metadata", name, NAMESPACE, "--key", KEY, *where, "--set", request.to_xml()],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+
+
+async def test_requests_written_while_the_enforcer_runs_are_destroyed_within_a_second_of_due(
+    guests: Guests, libvirtd: Libvirtd, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    for name in ("rt-due-later", "rt-overdue", "rt-config-only"):
+        guests.start(name, "stubborn", persistent=True)
+    guests.wait_ready("rt-due-later", "rt-overdue", "rt-config-only")
+    # One pass at the start, the next 60 s later: only the metadata-change
+    # events can make the requests known in time.
+    config = settings(libvirtd, enforcer=EnforcerSettings(resync_interval=60.0))
+    async with Hypervisor(config.uri, LOG) as hv:
+        enforcer = Enforcer(hv, config, LOG)
+        first_pass = trio.Event()
+        resync_once = enforcer.resync
+
+        async def noted(nursery: trio.Nursery) -> None:
+            await resync_once(nursery)
+            first_pass.set()
+
+        enforcer.resync = noted  # type: ignore[method-assign]
+        with trio.fail_after(40):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(enforcer.run)
+                await first_pass.wait()
+                # Both definitions, as many providers write it; due in 5 s.
+                later = ShutdownRequest(requested_at=time.time(), grace=5.0)
+                await trio.to_thread.run_sync(virsh_metadata, libvirtd, "rt-due-later", later, "--live", "--config")
+                # Written already overdue: due when written.
+                overdue = ShutdownRequest(requested_at=time.time() - 30, grace=5.0)
+                overdue_written = time.time()
+                await trio.to_thread.run_sync(virsh_metadata, libvirtd, "rt-overdue", overdue, "--live")
+                # The persistent definition only: asks nothing of this boot.
+                await trio.to_thread.run_sync(virsh_metadata, libvirtd, "rt-config-only", overdue, "--config")
+                while len(enforcer.destroyed) < 2:
+                    await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+    lags = dict(zip(enforcer.destroyed, zip(enforcer.lag, enforcer.destroy_took, strict=True), strict=True))
+    assert sorted(lags) == ["rt-due-later", "rt-overdue"]
+    # Within 1 s of due, plus libvirt's own destroy time.
+    lag, took = lags["rt-due-later"]
+    assert 0.0 <= lag - took < 1.0, lags
+    lag, took = lags["rt-overdue"]
+    assert lag - took < (overdue_written - overdue.due(0.0)) + 1.0, lags  # type: ignore[operator]
+    assert guests.state("rt-due-later") == (SHUTOFF, REASON_DESTROYED)
+    assert guests.state("rt-overdue") == (SHUTOFF, REASON_DESTROYED)
+    assert guests.state("rt-config-only") == (1, 1)  # running
+    assert caplog.text.count("rt-config-only: ignoring the shutdown request in its persistent definition only") == 1

@@ -47,6 +47,7 @@ SHUTOFF_CRASHED = 3
 SHUTOFF_MIGRATED = 4
 SHUTOFF_SAVED = 5
 SHUTOFF_FAILED = 6
+SHUTOFF_DAEMON = 8  # killed by libvirtd itself while it reconnected to the domain
 
 Key = tuple[str, int]
 """One boot of a domain: its UUID and its ID, which libvirt assigns anew at

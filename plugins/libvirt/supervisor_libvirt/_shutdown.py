@@ -62,6 +62,7 @@ _OTHER_ENDS = {
     ops.SHUTOFF_FAILED: (CRASHED, "failed"),
     ops.SHUTOFF_SAVED: (GONE, "saved by someone else"),
     ops.SHUTOFF_MIGRATED: (GONE, "migrated away"),
+    ops.SHUTOFF_DAEMON: (GONE, "killed by libvirtd as it reconnected"),
 }
 # How long to wait for the STOPPED event of a domain that vanished (a
 # transient one once off) to learn why: events may trail the state call.
@@ -175,8 +176,8 @@ async def shut_down_all(
             for job in jobs:
                 nursery.start_soon(_one, job, slots, report, results)
     finally:
-        left = [job for job in jobs if job.domain.name not in results]
-        if left:  # the hook was cut
+        left = [job for job in jobs if results.get(job.domain.name, Result(FAILED)).outcome == FAILED]
+        if left:  # the hook was cut, or destroys failed until its end
             with trio.CancelScope(shield=True), trio.move_on_at(last_chance_end(deadline)):
                 await _last_chance(left, results, log)
         report_left_running(jobs, results, log)
@@ -201,7 +202,7 @@ async def _last_chance(jobs: list[DomainShutdown], results: dict[str, Result], l
     """Destroy, plainly and all at once, the guests still running as the hook
     is cut; the caller bounds it."""
     log.warning(
-        "the shutdown was cut short with %d guest(s) not yet off (%s): destroying them now",
+        "the shutdown ends with %d guest(s) not yet off (%s): destroying them now",
         len(jobs),
         ", ".join(job.domain.name for job in jobs),
     )
@@ -243,6 +244,7 @@ async def _list(
 async def _one(job: DomainShutdown, slots: trio.Semaphore, report: Report, results: dict[str, Result]) -> None:
     async with slots:
         with report.step(f"domain {job.domain.name}") as step:
+            job.step = step
             result: Result | None = None
             try:
                 result = await job.run()
@@ -282,6 +284,7 @@ class DomainShutdown:
         self.last_state = "running"
         self._cut: tuple[float, Step] | None = None
         self._destroyed_after_cut = False
+        self.step: Step | None = None  # its timeline step, once its turn came
 
     def graceful_end(self) -> float:
         """When to stop waiting and destroy: the domain's own limit, or the
@@ -476,9 +479,12 @@ class DomainShutdown:
                 settled = await self._destroy_failed(exc, attempts)
                 if settled is not None:
                     return settled
-                # libvirtd may be back in a moment (a restart): until the
-                # hook is cut, and then once more in the last chance.
-                await trio.sleep(self.hv.retry_interval)
+                # libvirtd may be back in a moment (a restart): again until
+                # the hook's end, then in the last chance (see shut_down_all).
+                retry_at = trio.current_time() + self.hv.retry_interval
+                if retry_at >= self._batch.hooks_end():
+                    return Result(FAILED, f"destroy failed {attempts} time(s): {exc}")
+                await trio.sleep_until(retry_at)
                 continue
             break
         self.last_state = "shut off"
@@ -539,10 +545,16 @@ class DomainShutdown:
                 continue
             break
         self.last_state = "shut off"
-        if self._cut is None:  # cut while waiting for its turn: no step to amend
-            self.log.warning("%s: destroyed after the hook was cut", name)
-        self._destroy_completed()
-        results[name] = Result(DESTROYED, f"after the hook was cut; {self._summary()}")
+        result = Result(DESTROYED, f"by the last destroy; {self._summary()}")
+        results[name] = result
+        if self._cut is not None:
+            self._destroy_completed()
+            return
+        # Its destroys had failed until the hook's end, or the hook was cut
+        # while it waited for its turn.
+        self.log.warning("%s: destroyed by the last destroy after %s", name, self._summary())
+        if self.step is not None:
+            self.step.outcome, self.step.detail = result.outcome, result.detail
 
     def _elapsed(self) -> str:
         return format_duration(trio.current_time() - self.started)

@@ -24,7 +24,7 @@ import pytest
 from tests.libvirt.lv_daemon import Libvirtd, kill_qemu_under
 from tests.libvirt.lv_guestimage import GuestImage
 from tests.libvirt.lv_guests import Guests
-from tests.pid1 import SUPERVISOR, Supervisor
+from tests.pid1 import SUPERVISOR, Supervisor, wait_until
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.xdist_group("libvirt")]
 
@@ -139,3 +139,78 @@ def test_without_a_supervised_libvirtd_guests_go_although_the_main_process_exits
     assert re.search(r"wind_down\s+libvirt: domain wd-stubborn\s+destroyed", output), output
     assert guests.state("wd-graceful") == (5, 1)  # shut off: shutdown
     assert guests.state("wd-stubborn") == (5, 2)  # shut off: destroyed
+
+
+def wind_down_pod(tmp_path: Path, libvirtd: Libvirtd, grace: str, **section: object) -> Path:
+    """A pod whose libvirtd runs outside it (the session's daemon): the
+    plugin shuts the guests down in wind_down; the main process says "up"."""
+    config = tmp_path / "pod.yaml"
+    libvirt_section = {"uri": libvirtd.uri, "domains": ["st-*"], "enforcer": False, **section}
+    pod = {
+        "grace_period": grace,
+        "processes": [{"name": "main", "command": ["sh", "-c", "echo up; exec sleep 1000"], "main": True}],
+        "plugins": {"libvirt": libvirt_section},
+    }
+    config.write_text(json.dumps(pod))
+    return config
+
+
+def wall_lines(sup: Supervisor) -> list[str]:
+    """PID 1's line when it had to kill everything at the wall itself."""
+    return [line for line in sup.stderr_lines if "over: SIGKILL to" in line]
+
+
+@pytest.mark.parametrize("run", range(10))
+def test_a_short_grace_period_ends_by_the_supervisors_own_escalation_never_the_wall(
+    run: int, tmp_path: Path, guests: Guests, libvirtd: Libvirtd
+) -> None:
+    # Two guests that ignore the power button, a 5 s grace period: their
+    # destroys fit the hook, and closing the connection never waits past it.
+    names = [f"st-{run}-a", f"st-{run}-b"]
+    for name in names:
+        guests.start(name, "stubborn", persistent=True)
+    guests.wait_ready(*names)
+    config = wind_down_pod(tmp_path, libvirtd, "5s", resend_interval="2s")
+    with Supervisor(["-c", str(config)], user_namespace=False) as sup:
+        sup.wait_for("^up$", stream="stdout", timeout=30)
+        sup.signal(signal.SIGTERM)
+        code = sup.wait(30)
+    output = sup.output
+    assert not wall_lines(sup), output
+    # The main process got its stop signal from the orchestrator, before its
+    # escalation: its own status, not 137.
+    assert code == 128 + signal.SIGTERM, output
+    assert_destroyed(guests, names, output)
+
+
+def assert_destroyed(guests: Guests, names: list[str], output: str) -> None:
+    """Each guest's step says destroyed -- or destroying: libvirt confirms a
+    destroy once QEMU has exited and it has cleaned up, which on a loaded
+    machine can take longer than the hook had left -- and each ends up off."""
+    for name in names:
+        assert re.search(rf"wind_down\s+libvirt: domain {name}\s+destroy(ed|ing)", output), output
+    wait_until(lambda: all(guests.state(name) == (5, 2) for name in names), timeout=20)  # shut off: destroyed
+
+
+def test_a_second_sigterm_destroys_every_running_guest_in_the_second_it_leaves(
+    tmp_path: Path, guests: Guests, libvirtd: Libvirtd
+) -> None:
+    names = ["st-hurry-1", "st-hurry-2", "st-hurry-3"]
+    for name in names:
+        guests.start(name, "stubborn", persistent=True)
+    guests.wait_ready(*names)
+    config = wind_down_pod(tmp_path, libvirtd, "30s", shutdown_timeout="20s", resend_interval="5s")
+    with Supervisor(["-c", str(config)], user_namespace=False) as sup:
+        sup.wait_for("^up$", stream="stdout", timeout=30)
+        sup.signal(signal.SIGTERM)
+        for name in names:
+            sup.wait_for(rf"{name}: shutdown requested", timeout=30)
+        sup.signal(signal.SIGTERM)
+        code = sup.wait(30)
+    output = sup.output
+    # "Hurry", not "abandon": the guests go in the slice, and the supervisor
+    # itself escalates and logs its timeline before the wall.
+    assert not wall_lines(sup), output
+    assert code == 128 + signal.SIGKILL, output  # the main process, killed by the escalation
+    assert "still running as the shutdown ends" not in output, output
+    assert_destroyed(guests, names, output)

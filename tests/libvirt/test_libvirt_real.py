@@ -283,7 +283,20 @@ async def test_libvirtd_down_across_the_destroy_is_retried_and_the_guest_goes_on
 def virsh_metadata(libvirtd: Libvirtd, name: str, request: ShutdownRequest, *where: str) -> None:
     """Write a request as a provider would, with virsh."""
     subprocess.run(
-        ["virsh", "-q", "-c", libvirtd.uri, "metadata", name, NAMESPACE, "--key", KEY, *where, "--set", request.to_xml()],
+        [
+            "virsh",
+            "-q",
+            "-c",
+            libvirtd.uri,
+            "metadata",
+            name,
+            NAMESPACE,
+            "--key",
+            KEY,
+            *where,
+            "--set",
+            request.to_xml(),
+        ],
         check=True,
         capture_output=True,
         timeout=30,

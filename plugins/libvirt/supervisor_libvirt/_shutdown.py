@@ -32,7 +32,7 @@ import trio
 from supervisor import Deadline, Step, Timeline, format_duration
 
 from . import _domains as ops
-from ._actions import FINAL, destroy
+from ._actions import FINAL, destroy, notifying
 from ._binding import NO_DOMAIN, OPERATION_INVALID, LibvirtFailure
 from ._connection import Hypervisor
 from ._domains import Domain
@@ -55,6 +55,8 @@ CRASHED = "crashed"
 FAILED = "failed"
 DESTROYING = "destroying"
 CANCELLED = "cancelled"
+# The stage of a guest whose last destroy is on its way.
+LAST_DESTROY = "destroying (the last destroy)"
 
 _OTHER_ENDS = {
     ops.SHUTOFF_DESTROYED: (GONE, "destroyed by someone else"),
@@ -180,6 +182,8 @@ async def shut_down_all(
         if left:  # the hook was cut, or destroys failed until its end
             with trio.CancelScope(shield=True), trio.move_on_at(last_chance_end(deadline)):
                 await _last_chance(left, results, log)
+            for job in left:
+                job.unconfirmed(results)
         report_left_running(jobs, results, log)
     return results
 
@@ -206,21 +210,26 @@ async def _last_chance(jobs: list[DomainShutdown], results: dict[str, Result], l
         len(jobs),
         ", ".join(job.domain.name for job in jobs),
     )
+    # A plain destroy already on its way needs no second one, and waiting
+    # for its answer would only take time from the processes' stop.
     async with trio.open_nursery() as nursery:
         for job in jobs:
-            nursery.start_soon(job.last_destroy, results)
+            if not job.plain_destroy_in_flight():
+                nursery.start_soon(job.last_destroy, results)
 
 
 def report_left_running(jobs: list[DomainShutdown], results: dict[str, Result], log: logging.Logger) -> None:
     """One line naming every guest still running as the shutdown ends (its
-    hook cut, a destroy failed), with its last known state."""
-    left = [job for job in jobs if results.get(job.domain.name, Result(FAILED)).outcome == FAILED]
-    if left:
-        log.error(
-            "%d guest(s) still running as the shutdown ends: %s",
-            len(left),
-            "; ".join(f"{job.domain.name} ({job.where()})" for job in left),
-        )
+    hook cut, a destroy failed), with its last known state; another for the
+    guests whose destroy was sent but not yet confirmed."""
+    for outcome, level, what in (
+        (FAILED, logging.ERROR, "still running"),
+        (DESTROYING, logging.WARNING, "being destroyed (sent, not yet confirmed)"),
+    ):
+        left = [job for job in jobs if results.get(job.domain.name, Result(FAILED)).outcome == outcome]
+        if left:
+            names = "; ".join(f"{job.domain.name} ({job.where()})" for job in left)
+            log.log(level, "%d guest(s) %s as the shutdown ends: %s", len(left), what, names)
 
 
 async def _list(
@@ -282,8 +291,11 @@ class DomainShutdown:
         # What the "still running" report and a cut timeline step say.
         self.stage = "waiting for its turn"
         self.last_state = "running"
-        self._cut: tuple[float, Step] | None = None
-        self._destroyed_after_cut = False
+        # When and why the normal path ended with the guest not yet off (the
+        # hook cut, its destroys failed): what a later destroy is measured from.
+        self._ended: tuple[float, str] | None = None
+        self._destroyed_late = False
+        self._graceful_until = math.inf  # when its destroy turns plain, once it began
         self.step: Step | None = None  # its timeline step, once its turn came
 
     def graceful_end(self) -> float:
@@ -319,7 +331,7 @@ class DomainShutdown:
 
     def cut(self, step: Step) -> None:
         """The hook ended before this domain did: say so in its step."""
-        self._cut = (trio.current_time(), step)
+        self._ended = (trio.current_time(), "the hook was cut")
         if self.stage == "destroying":
             step.outcome = DESTROYING
             step.detail = f"destroy in progress when the hook was cut, after {self._summary()}"
@@ -328,16 +340,69 @@ class DomainShutdown:
             step.detail = f"{self.where()} when the hook was cut, after {self._summary()}"
 
     def _destroy_completed(self) -> None:
-        """A destroy call returned (in trio's thread, also after a cut)."""
-        if self._cut is None or self._destroyed_after_cut:
-            return  # not cut: _destroy reports it; or reported already
-        self._destroyed_after_cut = True
-        cut_at, step = self._cut
-        late = trio.current_time() - cut_at
-        step.outcome = DESTROYED
-        step.detail = f"completed {format_duration(late)} after the hook was cut; {step.detail}"
-        step.duration += late
-        self.log.warning("%s: destroyed %s after the hook was cut", self.domain.name, format_duration(late))
+        """A destroy call returned (in trio's thread, also after a cut, after
+        the step was written, after the hook returned)."""
+        if self._ended is None or self._destroyed_late:
+            return  # neither cut nor failed: _destroy reports it; or reported already
+        self._destroyed_late = True
+        self.last_state = "shut off"
+        ended_at, why = self._ended
+        late = trio.current_time() - ended_at
+        if self.step is not None:
+            self.step.outcome = DESTROYED
+            self.step.detail = f"completed {format_duration(late)} after {why}; {self.step.detail}"
+            self.step.duration += late
+        self.log.warning("%s: destroyed %s after %s", self.domain.name, format_duration(late), why)
+
+    async def last_destroy(self, results: dict[str, Result]) -> None:
+        """This guest was not off as the hook ended (cut, or its destroys
+        failed until then): destroy it plainly, retrying while libvirtd is
+        unreachable; the caller bounds the time.  QEMU gets its signal as
+        libvirtd receives the call, so a call still on its way when the
+        time is up is left to finish (``unconfirmed``)."""
+        name = self.domain.name
+        in_flight = self.stage == "destroying"
+        if self._ended is None:
+            self._ended = (trio.current_time(), "its destroys failed until the hook's end")
+        op = notifying(self.hv, ops.destroy(self.domain.uuid, graceful=False), self._destroy_completed)
+        while True:
+            self.stage = LAST_DESTROY
+            try:
+                await self.hv.call(op)
+            except LibvirtFailure as exc:
+                if exc.code in FINAL and (in_flight or self._destroyed_late):
+                    # The destroy in flight at the cut did it; its step is
+                    # amended once that call returns.
+                    self.last_state = "shut off"
+                    results[name] = Result(DESTROYED, f"by the destroy in flight at the cut; {self._summary()}")
+                    return
+                if exc.code in FINAL:  # off or gone meanwhile, some other way
+                    self.last_state = "shut off"
+                    results[name] = Result(GONE, f"off when destroyed after the cut: {exc.message}")
+                    return
+                self.stage = f"last destroy failed: {exc}"
+                await trio.sleep(_LAST_RETRY)
+                continue
+            results[name] = Result(DESTROYED, f"by the last destroy; {self._summary()}")
+            return
+
+    def plain_destroy_in_flight(self) -> bool:
+        """Whether a plain destroy (SIGKILL after libvirt's own wait) is on
+        its way; a graceful one never escalates, so it does not count."""
+        return self.stage == "destroying" and trio.current_time() >= self._graceful_until
+
+    def unconfirmed(self, results: dict[str, Result]) -> None:
+        """The last destroy's time is up: a call still on its way is in
+        libvirtd's hands (the step becomes "destroyed" if it returns before
+        the timeline is written)."""
+        name = self.domain.name
+        in_flight = self.stage == LAST_DESTROY or self.plain_destroy_in_flight()
+        if not in_flight or results.get(name, Result(FAILED)).outcome != FAILED:
+            return
+        result = Result(DESTROYING, f"destroy sent as the shutdown ended, not yet confirmed; {self._summary()}")
+        results[name] = result
+        if self.step is not None:
+            self.step.outcome, self.step.detail = result.outcome, result.detail
 
     # ------------------------------------------------------------------
 
@@ -471,6 +536,7 @@ class DomainShutdown:
             self.stage = "destroying"
             now = trio.current_time()
             graceful_until = now + max(0.0, self._batch.hooks_end() - now) / 2
+            self._graceful_until = graceful_until
             try:
                 graceful_error = await destroy(
                     self.hv, self.domain.uuid, graceful_until=graceful_until, on_done=self._destroy_completed
@@ -520,41 +586,6 @@ class DomainShutdown:
         if attempts == 1:
             self.log.error("%s: destroy failed: %s; trying again until the shutdown ends", self.domain.name, exc)
         return None
-
-    async def last_destroy(self, results: dict[str, Result]) -> None:
-        """The hook was cut with this guest not yet off: destroy it plainly,
-        retrying while libvirtd is unreachable; the caller bounds the time."""
-        name = self.domain.name
-        in_flight = self.stage == "destroying"
-        while True:
-            try:
-                await self.hv.call(ops.destroy(self.domain.uuid, graceful=False))
-            except LibvirtFailure as exc:
-                if exc.code in FINAL and (in_flight or self._destroyed_after_cut):
-                    # The destroy in flight at the cut did it; its step is
-                    # amended once that call returns.
-                    self.last_state = "shut off"
-                    results[name] = Result(DESTROYED, f"by the destroy in flight at the cut; {self._summary()}")
-                    return
-                if exc.code in FINAL:  # off or gone meanwhile, some other way
-                    self.last_state = "shut off"
-                    results[name] = Result(GONE, f"off when destroyed after the cut: {exc.message}")
-                    return
-                self.stage = f"last destroy failed: {exc}"
-                await trio.sleep(_LAST_RETRY)
-                continue
-            break
-        self.last_state = "shut off"
-        result = Result(DESTROYED, f"by the last destroy; {self._summary()}")
-        results[name] = result
-        if self._cut is not None:
-            self._destroy_completed()
-            return
-        # Its destroys had failed until the hook's end, or the hook was cut
-        # while it waited for its turn.
-        self.log.warning("%s: destroyed by the last destroy after %s", name, self._summary())
-        if self.step is not None:
-            self.step.outcome, self.step.detail = result.outcome, result.detail
 
     def _elapsed(self) -> str:
         return format_duration(trio.current_time() - self.started)

@@ -55,6 +55,39 @@ def supervisor_add_commands(
 
 
 @hookimpl
+async def supervisor_startup(ctx: Context) -> object:
+    # Before any process starts, so before the guests' dependants.  With a
+    # supervised libvirtd there is no daemon yet: see process_started.
+    settings = _settings(ctx)
+    if not settings.restore or settings.process is not None:
+        return SKIP
+    from ._connection import Hypervisor
+    from ._restore import restore_saved
+
+    async with Hypervisor(settings.uri, ctx.log) as hv:
+        await restore_saved(hv, settings, ctx.log)
+    return None
+
+
+@hookimpl
+async def supervisor_process_started(ctx: Context, process: ProcessInfo) -> object:
+    # The supervised libvirtd was just spawned: restore once it answers.
+    # Not awaited by the supervisor, so the daemon's dependants may start
+    # meanwhile (there is no hook between a process's start and its
+    # dependants'); bounded by hook_timeout (30 s by default).
+    settings = _settings(ctx)
+    if not settings.restore or settings.process is None or process.name != settings.process:
+        return SKIP
+    from ._connection import Hypervisor
+    from ._restore import restore_saved, wait_until_up
+
+    async with Hypervisor(settings.uri, ctx.log) as hv:
+        await wait_until_up(hv)
+        await restore_saved(hv, settings, ctx.log)
+    return None
+
+
+@hookimpl
 async def supervisor_background(ctx: Context) -> None:
     settings = _settings(ctx)
     if not settings.enforcer.enabled:

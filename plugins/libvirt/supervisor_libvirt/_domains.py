@@ -27,12 +27,16 @@ from ._binding import (
     failure,
     libvirt_module,
 )
-from ._metadata import KEY, NAMESPACE, ShutdownRequest
+from ._metadata import KEY, NAMESPACE, SAVED_ELEMENT, SAVED_KEY, SAVED_NAMESPACE, ShutdownRequest
 
 __all__ = ["Domain", "Key", "RequestView", "Selection", "list_domains"]
 
 _LIST_ACTIVE = 1  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
 _LIST_INACTIVE = 2
+_LIST_PERSISTENT = 4
+_SAVE_BYPASS_CACHE = 1  # VIR_DOMAIN_SAVE_BYPASS_CACHE
+_START_BYPASS_CACHE = 4  # VIR_DOMAIN_START_BYPASS_CACHE
+_TIME_SYNC = 1  # VIR_DOMAIN_TIME_SYNC
 _METADATA_ELEMENT = 2  # VIR_DOMAIN_METADATA_ELEMENT
 _AFFECT_CURRENT = 0
 _AFFECT_LIVE = 1
@@ -271,9 +275,82 @@ def destroy(uuid: str, *, graceful: bool) -> Callable[[Any], None]:
     return op
 
 
-def managed_save(uuid: str) -> Callable[[Any], None]:
+def managed_save(uuid: str, *, bypass_cache: bool = False) -> Callable[[Any], None]:
+    """Save the guest's memory, first marking its persistent definition as
+    saved by this plugin (what ``restore`` at the next start-up looks for);
+    the mark is taken back if the save fails."""
+
     def op(conn: Any) -> None:
-        lookup(conn, uuid).managedSave(0)
+        libvirt = libvirt_module()
+        dom = lookup(conn, uuid)
+        dom.setMetadata(_METADATA_ELEMENT, SAVED_ELEMENT, SAVED_KEY, SAVED_NAMESPACE, _AFFECT_CONFIG)
+        try:
+            dom.managedSave(_SAVE_BYPASS_CACHE if bypass_cache else 0)
+        except libvirt.libvirtError:
+            with contextlib.suppress(libvirt.libvirtError):
+                dom.setMetadata(_METADATA_ELEMENT, None, None, SAVED_NAMESPACE, _AFFECT_CONFIG)
+            raise
+
+    return op
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """A shut-off guest whose definition carries this plugin's saved mark."""
+
+    name: str
+    uuid: str
+    has_image: bool  # its managed-save image is still there
+
+
+def saved_by_us(selection: Selection) -> Callable[[Any], list[Saved]]:
+    """The selected shut-off persistent domains this plugin saved."""
+
+    def op(conn: Any) -> list[Saved]:
+        libvirt = libvirt_module()
+        found = []
+        for dom in conn.listAllDomains(_LIST_INACTIVE | _LIST_PERSISTENT):
+            try:
+                name = dom.name()
+                if not selection.matches_name(name):
+                    continue
+                if _metadata(libvirt, dom, SAVED_NAMESPACE, _AFFECT_CONFIG) is None:
+                    continue
+                if selection.marker and _metadata(libvirt, dom, selection.marker, _AFFECT_CONFIG) is None:
+                    continue
+                found.append(Saved(name, dom.UUIDString(), bool(dom.hasManagedSaveImage(0))))
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != NO_DOMAIN:
+                    raise
+        return found
+
+    return op
+
+
+def restore(uuid: str, *, bypass_cache: bool = False) -> Callable[[Any], None]:
+    """Start the guest, from its managed-save image (libvirt takes the image
+    when there is one)."""
+
+    def op(conn: Any) -> None:
+        lookup(conn, uuid).createWithFlags(_START_BYPASS_CACHE if bypass_cache else 0)
+
+    return op
+
+
+def unmark_saved(uuid: str) -> Callable[[Any], None]:
+    def op(conn: Any) -> None:
+        lookup(conn, uuid).setMetadata(_METADATA_ELEMENT, None, None, SAVED_NAMESPACE, _AFFECT_CONFIG)
+
+    return op
+
+
+def sync_time(uuid: str) -> Callable[[Any], None]:
+    """Set the guest's clock from the host's (through the guest agent): a
+    restored guest's clock stands where it was when it was saved."""
+
+    def op(conn: Any) -> None:
+        # With VIR_DOMAIN_TIME_SYNC libvirt ignores the time given.
+        lookup(conn, uuid).setTime({"seconds": 0, "nseconds": 0}, _TIME_SYNC)
 
     return op
 

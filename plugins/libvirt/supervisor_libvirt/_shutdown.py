@@ -414,7 +414,7 @@ class DomainShutdown:
         self.stage = "saving"
         with trio.move_on_at(self.graceful_end()):
             try:
-                await self.hv.call(ops.managed_save(self.domain.uuid))
+                await self.hv.call(ops.managed_save(self.domain.uuid, bypass_cache=self.settings.bypass_cache))
             except LibvirtFailure as exc:
                 if exc.code == NO_DOMAIN:
                     raise _Gone from None

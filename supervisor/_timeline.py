@@ -18,8 +18,9 @@ from ._deadline import trio_now
 __all__ = ["Outcome", "Step", "Timeline"]
 
 Outcome = str
-"""One of ``ok``, ``timeout``, ``error``, ``cancelled``, ``skipped`` or a
-step-specific word (``killed``, ``destroyed``, ``saved``...)."""
+"""One of ``ok``, ``timeout``, ``error``, ``failed`` (a ``HookFailed``),
+``cancelled``, ``skipped`` or a step-specific word (``killed``,
+``destroyed``, ``saved``...)."""
 
 
 @dataclass

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 import supervisor_libvirt
 import trio
 from supervisor_libvirt import (
@@ -19,7 +20,7 @@ from supervisor_libvirt import (
 )
 from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
 
-from supervisor import SKIP, Context, Deadline, Settings, Timeline
+from supervisor import SKIP, Context, Deadline, HookFailed, Settings, Timeline
 from supervisor._pluginhost import PluginHost
 from supervisor.config import Config, ProcessSpec
 from tests.libvirt import lv_testdriver as td
@@ -141,3 +142,11 @@ async def test_startup_restores_what_the_plugin_saved_unless_switched_off(testco
     testconn.lookupByName("t-ours").destroy()
     await supervisor_startup(ctx=context({}))
     assert td.state(testconn, "t-ours") == (td.STATE_SHUTOFF, td.REASON_DESTROYED)
+
+
+async def test_the_hook_fails_when_guests_may_be_left_running(tmp_path: Any) -> None:
+    # Its own row must not say "ok" above a domains row that says "failed".
+    ctx = context({"uri": f"qemu:///system?socket={tmp_path}/missing-sock"})
+    with pytest.raises(HookFailed, match=r"^cannot list domains: "):
+        await supervisor_wind_down(ctx=ctx, deadline=Deadline(2))
+    assert [(s.name, s.outcome) for s in ctx.timeline.steps] == [("domains", "failed")]

@@ -7,6 +7,7 @@ wait for them in parallel to keep the suite short on two cores.
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import subprocess
 import time
@@ -350,3 +351,24 @@ async def test_requests_written_while_the_enforcer_runs_are_destroyed_within_a_s
     assert guests.state("rt-overdue") == (SHUTOFF, REASON_DESTROYED)
     assert guests.state("rt-config-only") == (1, 1)  # running
     assert caplog.text.count("rt-config-only: ignoring the shutdown request in its persistent definition only") == 1
+
+
+async def test_a_guest_that_reboots_instead_of_powering_off_is_named_so(
+    guests: Guests, libvirtd: Libvirtd, caplog: pytest.LogCaptureFixture
+) -> None:
+    dom = guests.start("rt-reboots", "stubborn", on_reboot="restart")
+    guests.wait_ready("rt-reboots")
+    caplog.set_level(logging.INFO)
+
+    async def reboot_at_the_press() -> None:
+        await logged(caplog, "rt-reboots: shutdown requested")
+        await trio.to_thread.run_sync(dom.reset, 0)  # a reset: libvirt's REBOOT event, as for a guest's reboot
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reboot_at_the_press)
+        results, _ = await shut_down(settings(libvirtd, shutdown_timeout=5.0, resend_interval=1.5))
+    assert results["rt-reboots"].outcome == "destroyed"
+    # QEMU's reset may reach libvirt as more than one REBOOT event: counted as such.
+    assert re.search(r"rt-reboots: rebooted instead of powering off \(\d time\(s\)\); shutdown request 2", caplog.text)
+    assert re.search(r"rt-reboots: still running after .* having rebooted \d time\(s\); destroying it", caplog.text)
+    assert "rt-reboots: destroyed after " in caplog.text  # its own line, not only the timeline's

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 
-from supervisor import SKIP, Config, Context, Deadline, ProcessInfo, Settings, hookimpl
+from supervisor import SKIP, Config, Context, Deadline, HookFailed, ProcessInfo, Settings, hookimpl
 
 from ._settings import LibvirtSettings, parse
 
@@ -128,7 +128,10 @@ async def _shut_down(ctx: Context, settings: LibvirtSettings, deadline: Deadline
     threads = max(32, settings.max_parallel * 2)
     # The close may wait for calls still in flight: never past the hook's end.
     async with Hypervisor(settings.uri, ctx.log, threads=threads, close_by=hook_end(deadline, settings)) as hv:
-        await shut_down_all(hv, settings, deadline, report)
+        results = await shut_down_all(hv, settings, deadline, report)
+    problem = report.problem(results)
+    if problem is not None:  # logged already, guest by guest
+        raise HookFailed(problem)
 
 
 def _settings(ctx: Context) -> LibvirtSettings:

@@ -110,14 +110,24 @@ class Report:
     phase: str
     plugin: str
     log: logging.Logger
+    failures: list[str] = field(default_factory=list)
 
     def step(self, name: str) -> AbstractContextManager[Step]:
         return self.timeline.step(self.phase, name, plugin=self.plugin)
 
     def failure(self, detail: str) -> None:
         """A failed step for the shutdown as a whole (the domains could not be listed)."""
+        self.failures.append(detail)
         with self.step("domains") as step:
             step.outcome, step.detail = FAILED, detail
+
+    def problem(self, results: dict[str, Result]) -> str | None:
+        """What went wrong, for the hook's own step: its outcome must not
+        say ``ok`` above domain steps that say ``failed``."""
+        left = sorted(name for name, result in results.items() if result.outcome == FAILED)
+        if left:
+            self.failures.append(f"{len(left)} guest(s) still running: {', '.join(left)}")
+        return "; ".join(self.failures) or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,6 +477,15 @@ class DomainShutdown:
             self.presses += 1
             if self.presses == 1:
                 self.log.info("%s: shutdown requested (%s)", name, ops.describe_flags(flags))
+            elif reboots := self.hv.rebooted(self.domain.uuid):
+                # Not the same as ignoring the button: the guest's ACPI
+                # handler (or its on_poweroff) reboots instead of powering off.
+                self.log.warning(
+                    "%s: rebooted instead of powering off (%d time(s)); shutdown request %d",
+                    name,
+                    reboots,
+                    self.presses,
+                )
             else:
                 self.log.info("%s: still running; shutdown request %d", name, self.presses)
             with trio.move_on_after(self.settings.resend_interval):
@@ -520,11 +539,13 @@ class DomainShutdown:
     async def _destroy(self) -> Result:
         name = self.domain.name
         self.stage = "destroying"
+        reboots = self.hv.rebooted(self.domain.uuid)
         self.log.warning(
-            "%s: still running after %s and %d shutdown request(s); destroying it",
+            "%s: still running after %s and %d shutdown request(s)%s; destroying it",
             name,
             self._elapsed(),
             self.presses,
+            f", having rebooted {reboots} time(s)" if reboots else "",
         )
         # Half of what is left for the graceful destroy (QEMU gets SIGTERM
         # and flushes its disks), the other half kept for the plain one

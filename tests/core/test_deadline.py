@@ -111,9 +111,8 @@ async def test_the_step_in_progress_is_the_latest_still_running_never_one_alread
     heard: list[tuple[str, bool]] = []
     timeline = Timeline(on_step=lambda step, running: heard.append((step.name, running)))
     with timeline.step("wind_down", "wind_down", plugin="libvirt"):
-        with timeline.step("wind_down", "domain a", plugin="libvirt"):
-            with timeline.step("wind_down", "domain b", plugin="libvirt"):
-                pass
+        with timeline.step("wind_down", "domain a", plugin="libvirt"), timeline.step("wind_down", "domain b"):
+            pass
         assert heard[-1] == ("wind_down", True)
     assert heard == [
         ("wind_down", True),

@@ -7,8 +7,11 @@ but never cut short by the main process's exit, when libvirtd runs
 elsewhere), presses every selected guest's ACPI power button, presses again
 every ``resend_interval`` (a press during boot is lost), and destroys what is
 still running when its time is up; or saves guests with ``mode:
-managedsave``.  A background enforcer destroys domains whose requested
-shutdown (``requested-at`` in their metadata) outlived its grace::
+managedsave`` (restored at the next start-up).  When the shutdown is cut
+short (the deadline, a second SIGTERM) whatever still runs gets a last
+destroy.  A background enforcer destroys domains whose requested shutdown
+(``requested-at`` in their metadata, found as it is written) outlived its
+grace::
 
     plugins:
       libvirt:

@@ -215,3 +215,16 @@ async def test_a_request_written_while_it_runs_is_found_at_once_not_at_the_next_
     # Found by its metadata-change event: the next pass would have come 60 s
     # after the first, past the fail_after.
     assert 9.0 <= lag < 30.0
+
+
+def test_a_guest_stopped_while_listing_is_left_out_not_the_whole_list(testconn: Any) -> None:
+    running = td.start(testconn, "t-running")
+    stopped = td.start(testconn, "t-stopped")
+    stopped.destroy()  # as if it stopped between the list and the look at its metadata
+
+    class Listed:
+        def listAllDomains(self, _flags: int) -> list[Any]:
+            return [stopped, running]
+
+    names = [domain.name for domain in _domains.list_domains()(Listed())]
+    assert names == ["t-running"]

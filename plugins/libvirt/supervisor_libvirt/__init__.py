@@ -29,11 +29,17 @@ from __future__ import annotations
 
 import argparse
 
+import trio
+
 from supervisor import SKIP, Config, Context, Deadline, HookFailed, ProcessInfo, Settings, hookimpl
 
 from ._settings import LibvirtSettings, parse
 
 __all__ = ["LibvirtSettings"]
+
+# How long the enforcer's connection may take to close once the shutdown has
+# cancelled it: a local call's time; past it, the close ends in its thread.
+_BACKGROUND_CLOSE = 0.5
 
 
 @hookimpl
@@ -82,10 +88,10 @@ async def supervisor_process_started(ctx: Context, process: ProcessInfo) -> obje
     if not settings.restore or settings.process is None or process.name != settings.process:
         return SKIP
     from ._connection import Hypervisor
-    from ._restore import restore_saved, wait_until_up
+    from ._restore import restore_saved
 
     async with Hypervisor(settings.uri, ctx.log) as hv:
-        await wait_until_up(hv)
+        await hv.wait_until_up()
         await restore_saved(hv, settings, ctx.log)
     return None
 
@@ -98,7 +104,9 @@ async def supervisor_background(ctx: Context) -> None:
     from ._connection import Hypervisor
     from ._enforcer import Enforcer
 
-    async with Hypervisor(settings.uri, ctx.log) as hv:
+    # Cancelled as the shutdown begins: the close must not hold the
+    # orchestrator's exit behind calls still in flight.
+    async with Hypervisor(settings.uri, ctx.log, close_by=lambda: trio.current_time() + _BACKGROUND_CLOSE) as hv:
         await Enforcer(hv, settings, ctx.log).run()
 
 

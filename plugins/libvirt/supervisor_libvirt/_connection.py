@@ -175,7 +175,18 @@ class Hypervisor:
 
     # ------------------------------------------------------------------
 
-    async def _connection(self) -> Any:
+    async def wait_until_up(self) -> None:
+        """Until libvirtd answers (a daemon just spawned), without reporting
+        the refusals on the way; the caller bounds it."""
+        while True:
+            try:
+                await self._connection(report=False)
+            except LibvirtFailure:
+                await trio.sleep(self.retry_interval)
+            else:
+                return
+
+    async def _connection(self, *, report: bool = True) -> Any:
         async with self._connect_lock:
             if self._conn is not None:
                 return self._conn
@@ -190,7 +201,7 @@ class Hypervisor:
                 )
             except LibvirtFailure as exc:
                 self._last_failure = (trio.current_time(), exc)
-                if not self._lost_reported:
+                if report and not self._lost_reported:
                     self.log.warning("cannot connect to %s: %s", self.uri, exc)
                     self._lost_reported = True
                 raise

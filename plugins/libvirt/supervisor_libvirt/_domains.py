@@ -19,6 +19,7 @@ from ._binding import (
     DESTROY_GRACEFUL,
     FLAGS_REJECTED,
     NO_DOMAIN,
+    OPERATION_INVALID,
     SHUTDOWN_ACPI_POWER_BTN,
     SHUTDOWN_DEFAULT,
     SHUTDOWN_GUEST_AGENT,
@@ -129,7 +130,9 @@ def list_domains(selection: Selection | None = None, *, unselected: bool = False
                 if selected or unselected:
                     found.append(_describe(libvirt, dom, name, selected=selected))
             except libvirt.libvirtError as exc:
-                if exc.get_error_code() != NO_DOMAIN:  # vanished while listing: nothing to do
+                # Vanished (transient) or stopped (persistent: its live
+                # definition is gone) while listing: nothing to do.
+                if exc.get_error_code() not in (NO_DOMAIN, OPERATION_INVALID):
                     raise
         return found
 

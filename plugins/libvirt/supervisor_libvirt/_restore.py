@@ -25,7 +25,7 @@ from ._connection import Hypervisor
 from ._domains import Saved
 from ._settings import LibvirtSettings
 
-__all__ = ["restore_saved", "wait_until_up"]
+__all__ = ["restore_saved"]
 
 T = TypeVar("T")
 
@@ -74,19 +74,6 @@ async def _unmark(hv: Hypervisor, log: logging.Logger, guest: Saved) -> None:
         await hv.call(ops.unmark_saved(guest.uuid))
     except LibvirtFailure as exc:
         log.warning("%s: cannot remove its saved mark: %s", guest.name, exc)
-
-
-async def wait_until_up(hv: Hypervisor) -> None:
-    """Until the (just started) libvirtd answers; the caller bounds it."""
-    while True:
-        try:
-            await hv.call(lambda conn: conn.getLibVersion())
-        except LibvirtFailure as exc:
-            if not exc.connection_lost:
-                return  # it answers, if not this question
-            await trio.sleep(hv.retry_interval)
-        else:
-            return
 
 
 async def _attempt(hv: Hypervisor, op: Callable[[Any], T]) -> tuple[T | None, LibvirtFailure | None]:

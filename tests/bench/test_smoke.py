@@ -34,6 +34,7 @@ SCENARIOS = {
     "lease hand-over",
     "VM shutdown",
     "VM enforcer",
+    "VM enforcer, late-found",
     "rolling update",
 }
 

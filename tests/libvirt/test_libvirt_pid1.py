@@ -250,3 +250,42 @@ def test_guests_saved_at_shutdown_are_restored_at_the_next_start_and_only_those(
     assert len(restored) == 3 and main_started and max(restored) < min(main_started), output
     # sync_time asks the guest agent, which the test guest does not run: said once per guest.
     assert output.count("cannot set its clock after the restore") == 3, output
+
+
+def test_with_a_supervised_libvirtd_saved_guests_are_restored_once_it_answers(
+    tmp_path: Path, guest_image: GuestImage
+) -> None:
+    daemon = Libvirtd()
+    config = tmp_path / "pod.yaml"
+    pod = pod_config(daemon)
+    pod["plugins"]["libvirt"].update(mode="managedsave", enforcer=False)
+    config.write_text(json.dumps(pod))
+    names = ["pid1-saved-1", "pid1-saved-2"]
+    guests: Guests | None = None
+    try:
+        with Supervisor(["-c", str(config)], user_namespace=False) as sup:
+            daemon.wait_until_up(30)
+            guests = Guests(libvirt.open(daemon.uri), guest_image, daemon.base / "console")
+            for name in names:
+                guests.start(name, "stubborn", persistent=True)
+            guests.wait_ready(*names)
+            sup.signal(signal.SIGTERM)
+            assert sup.wait(60) == 128 + signal.SIGTERM, sup.output
+        for name in names:
+            assert re.search(rf"before_process_stop\s+libvirt: domain {name}\s+saved", sup.output), sup.output
+        guests.conn.close()
+        # The pod starts again: libvirtd first, then the plugin brings the guests back.
+        with Supervisor(["-c", str(config)], user_namespace=False) as sup:
+            sup.wait_for(r"restoring 2 guest\(s\) this plugin saved", timeout=60)
+            sup.wait_for(r"pid1-saved-\d: restored in ", count=2, timeout=60)
+            guests.conn = libvirt.open(daemon.uri)
+            assert {name: guests.state(name) for name in names} == {name: (1, 3) for name in names}  # restored
+            sup.signal(signal.SIGTERM)
+            sup.wait(60)
+        assert "cannot connect to" not in sup.output, sup.output  # waiting for the spawned daemon is quiet
+    finally:
+        if guests is not None:
+            with contextlib.suppress(libvirt.libvirtError):
+                guests.conn.close()
+        kill_qemu_under(daemon.base)
+        daemon.cleanup()

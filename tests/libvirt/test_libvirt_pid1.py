@@ -15,6 +15,8 @@ import json
 import re
 import signal
 import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +60,41 @@ def pod_config(daemon: Libvirtd) -> dict[str, Any]:
     }
 
 
-def test_supervisor_shuts_guests_down_before_it_stops_libvirtd(tmp_path: Path, guest_image: GuestImage) -> None:
-    daemon = Libvirtd()
-    config = tmp_path / "pod.yaml"
-    config.write_text(json.dumps(pod_config(daemon)))  # JSON is YAML
+@dataclass
+class OwnLibvirtd:
+    """A libvirtd of the test's own, supervised by the pod under test."""
+
+    daemon: Libvirtd
+    image: GuestImage
     guests: Guests | None = None
+
+    def connect(self) -> Guests:
+        """Once the pod's libvirtd answers: a guest factory on it."""
+        self.daemon.wait_until_up(30)
+        self.guests = Guests(libvirt.open(self.daemon.uri), self.image, self.daemon.base / "console")
+        return self.guests
+
+
+@contextlib.contextmanager
+def own_libvirtd(image: GuestImage) -> Iterator[OwnLibvirtd]:
+    own = OwnLibvirtd(Libvirtd(), image)
     try:
+        yield own
+    finally:
+        if own.guests is not None:
+            with contextlib.suppress(libvirt.libvirtError):
+                own.guests.conn.close()
+        kill_qemu_under(own.daemon.base)
+        own.daemon.cleanup()
+
+
+def test_supervisor_shuts_guests_down_before_it_stops_libvirtd(tmp_path: Path, guest_image: GuestImage) -> None:
+    with own_libvirtd(guest_image) as own:
+        daemon = own.daemon
+        config = tmp_path / "pod.yaml"
+        config.write_text(json.dumps(pod_config(daemon)))  # JSON is YAML
         with Supervisor(["-c", str(config)], user_namespace=False) as sup:
-            daemon.wait_until_up(30)
-            guests = Guests(libvirt.open(daemon.uri), guest_image, daemon.base / "console")
+            guests = own.connect()
             guests.start("pid1-graceful", "graceful")
             guests.start("pid1-stubborn", "stubborn")
             guests.start("pid1-requested", "stubborn")
@@ -102,12 +130,6 @@ def test_supervisor_shuts_guests_down_before_it_stops_libvirtd(tmp_path: Path, g
         # The unselected guest's QEMU outlived libvirtd: the PID-1 layer swept it.
         assert re.search(r"sweeping 1 leftover process", output), output
         assert "guest: powering off" in guests.output("pid1-graceful")
-    finally:
-        if guests is not None:
-            with contextlib.suppress(libvirt.libvirtError):
-                guests.conn.close()
-        kill_qemu_under(daemon.base)
-        daemon.cleanup()
 
 
 @pytest.mark.parametrize("trigger", ["SIGTERM, then the main process exits", "the main process exits by itself"])
@@ -255,17 +277,14 @@ def test_guests_saved_at_shutdown_are_restored_at_the_next_start_and_only_those(
 def test_with_a_supervised_libvirtd_saved_guests_are_restored_once_it_answers(
     tmp_path: Path, guest_image: GuestImage
 ) -> None:
-    daemon = Libvirtd()
-    config = tmp_path / "pod.yaml"
-    pod = pod_config(daemon)
-    pod["plugins"]["libvirt"].update(mode="managedsave", enforcer=False)
-    config.write_text(json.dumps(pod))
-    names = ["pid1-saved-1", "pid1-saved-2"]
-    guests: Guests | None = None
-    try:
+    with own_libvirtd(guest_image) as own:
+        config = tmp_path / "pod.yaml"
+        pod = pod_config(own.daemon)
+        pod["plugins"]["libvirt"].update(mode="managedsave", enforcer=False)
+        config.write_text(json.dumps(pod))
+        names = ["pid1-saved-1", "pid1-saved-2"]
         with Supervisor(["-c", str(config)], user_namespace=False) as sup:
-            daemon.wait_until_up(30)
-            guests = Guests(libvirt.open(daemon.uri), guest_image, daemon.base / "console")
+            guests = own.connect()
             for name in names:
                 guests.start(name, "stubborn", persistent=True)
             guests.wait_ready(*names)
@@ -278,14 +297,8 @@ def test_with_a_supervised_libvirtd_saved_guests_are_restored_once_it_answers(
         with Supervisor(["-c", str(config)], user_namespace=False) as sup:
             sup.wait_for(r"restoring 2 guest\(s\) this plugin saved", timeout=60)
             sup.wait_for(r"pid1-saved-\d: restored in ", count=2, timeout=60)
-            guests.conn = libvirt.open(daemon.uri)
+            guests.conn = libvirt.open(own.daemon.uri)
             assert {name: guests.state(name) for name in names} == {name: (1, 3) for name in names}  # restored
             sup.signal(signal.SIGTERM)
             sup.wait(60)
         assert "cannot connect to" not in sup.output, sup.output  # waiting for the spawned daemon is quiet
-    finally:
-        if guests is not None:
-            with contextlib.suppress(libvirt.libvirtError):
-                guests.conn.close()
-        kill_qemu_under(daemon.base)
-        daemon.cleanup()

@@ -82,8 +82,10 @@ _DESTROY_SHARE = 0.25
 # destroys may use, and its cap.  At the usual cut (the deadline's reserve
 # plus its margin before the wall) 60 % ends before the orchestrator's own
 # escalation; after a second SIGTERM it is 0.6 s of the 1 s slice, and the
-# 0.4 s left is what the orchestrator needs to kill, reap and log.  A plain
-# destroy of a QEMU that heeds SIGTERM returns in tens of milliseconds.
+# 0.4 s left is what the orchestrator needs to kill, reap and log.  QEMU gets
+# its signal as soon as libvirtd has the call; libvirt's answer comes once
+# QEMU has exited and it has cleaned up (over a second on a loaded machine),
+# and a call still on its way at the window's end is left to libvirtd.
 _LAST_CHANCE_SHARE = 0.6
 _LAST_CHANCE_MAX = 2.0
 # Between last destroys while libvirtd does not answer (the connection

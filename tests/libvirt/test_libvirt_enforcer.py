@@ -26,6 +26,19 @@ def request(dom: Any, requested_at: float, grace: float | None = None) -> None:
     dom.setMetadata(2, xml, KEY, NAMESPACE, 1)
 
 
+def counting_passes(enforcer: Enforcer) -> list[int]:
+    """Count the enforcer's passes, in the one item of the list returned."""
+    done = [0]
+    resync_once = enforcer.resync
+
+    async def counted(nursery: trio.Nursery) -> None:
+        await resync_once(nursery)
+        done[0] += 1
+
+    enforcer.resync = counted  # type: ignore[method-assign]
+    return done
+
+
 async def run_enforcer(
     until: Callable[[Enforcer], bool] = lambda _: True,
     *,
@@ -41,19 +54,11 @@ async def run_enforcer(
         settings = LibvirtSettings(uri=td.URI, enforcer=EnforcerSettings(resync_interval=resync, grace=grace))
     async with Hypervisor(td.URI, LOG) as hv:
         enforcer = Enforcer(hv, settings, LOG)
-        done = 0
-        resync_once = enforcer.resync
-
-        async def counted(nursery: trio.Nursery) -> None:
-            nonlocal done
-            await resync_once(nursery)
-            done += 1
-
-        enforcer.resync = counted  # type: ignore[method-assign]
+        done = counting_passes(enforcer)
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(enforcer.run)
-                while done < passes or not until(enforcer):
+                while done[0] < passes or not until(enforcer):
                     await trio.sleep(0.01)
                 nursery.cancel_scope.cancel()
     return enforcer
@@ -228,3 +233,28 @@ def test_a_guest_stopped_while_listing_is_left_out_not_the_whole_list(testconn: 
 
     names = [domain.name for domain in _domains.list_domains()(Listed())]
     assert names == ["t-running"]
+
+
+async def test_requests_written_elsewhere_do_not_press_known_requests_again(
+    testconn: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    known = td.start(testconn, "t-known", stubborn=True)
+    request(known, time.time(), grace=120)
+    others = [td.start(testconn, f"t-other-{i}") for i in range(3)]
+    settings = LibvirtSettings(uri=td.URI, enforcer=EnforcerSettings(resync_interval=60))
+    async with Hypervisor(td.URI, LOG) as hv:
+        enforcer = Enforcer(hv, settings, LOG)
+        passes = counting_passes(enforcer)
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(enforcer.run)
+                for i, other in enumerate(others, start=1):
+                    while passes[0] < i:
+                        await trio.sleep(0.01)
+                    # A metadata change elsewhere (not a request): a pass, no press.
+                    await trio.to_thread.run_sync(other.setMetadata, 2, "<x/>", "x", "urn:example:x", 1)
+                while passes[0] < len(others) + 1:
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+    assert caplog.text.count("enforcer: t-known: shutdown requested") == 1

@@ -62,9 +62,10 @@ class _Watch:
     changed: trio.Event = field(default_factory=trio.Event)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
-    def update(self, domain: Domain, due: float) -> None:
+    def update(self, domain: Domain, due: float, *, press: bool) -> None:
         """A pass found the request again (perhaps with another grace)."""
-        self.domain, self.due, self.press = domain, due, True
+        self.domain, self.due = domain, due
+        self.press = self.press or press
         self.changed.set()
 
 
@@ -87,6 +88,7 @@ class Enforcer:
         self._watches: dict[Key, _Watch] = {}
         self._done: set[Key] = set()  # boots destroyed or found off
         self._reported: set[tuple[Key, str]] = set()
+        self._press_known = True  # whether this pass re-presses known requests
 
     async def run(self) -> None:
         """Pass after pass until cancelled (the shutdown begins)."""
@@ -102,11 +104,16 @@ class Enforcer:
                 # Taken before the pass: a request written during it starts the next.
                 changed = self.hv.changed()
                 await self.resync(nursery)
-                with trio.move_on_after(interval):
+                with trio.move_on_after(interval) as timer:
                     await changed.wait()
+                # A pass woken by an event (a request written, to any guest)
+                # only discovers: pressing every known request again at each
+                # write would flood the guests; the periodic pass re-presses.
+                self._press_known = timer.cancelled_caught
 
     async def resync(self, nursery: trio.Nursery) -> None:
-        """One pass: a watch for each new request, a press for each known one."""
+        """One pass: a watch for each new request, a press for each known one
+        (on a periodic pass)."""
         try:
             domains = await self.hv.call(ops.list_domains(self.settings.selection, unselected=True))
         except LibvirtFailure as exc:
@@ -125,7 +132,7 @@ class Enforcer:
                 watch = self._watches[domain.key] = _Watch(domain, due, self.wall_clock())
                 nursery.start_soon(self._enforce, domain.key, watch)
             else:
-                watch.update(domain, due)
+                watch.update(domain, due, press=self._press_known)
         for key, watch in list(self._watches.items()):
             if key not in requested and not watch.destroying:
                 # Off, gone, or its request was removed: nothing to enforce.

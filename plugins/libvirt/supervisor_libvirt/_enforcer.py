@@ -7,7 +7,7 @@ requests: at once when libvirt reports a metadata change (a request written)
 or the connection comes back (changes made meanwhile sent no event), and
 every ``resync_interval`` as the safety net for lost events.  Each request
 found gets a watch of its own, which sends the graceful request again at
-every pass (a press during boot is lost) and holds a timer for
+every periodic pass (a press during boot is lost) and holds a timer for
 ``requested-at + grace``, so the destroy comes at its due time and not at
 the next pass; a request written already overdue is destroyed at once.
 

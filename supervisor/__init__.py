@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "hookimpl": ".hookspec",
     "SKIP": ".hookspec",
+    "HookFailed": ".hookspec",
     "PHASES": ".phases",
     "PROCESS_PHASES": ".phases",
     "PhaseEntry": ".phases",
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
     from .config import ProcessSpec as ProcessSpec
     from .config import Settings as Settings
     from .hookspec import SKIP as SKIP
+    from .hookspec import HookFailed as HookFailed
     from .hookspec import hookimpl as hookimpl
     from .phases import PHASES as PHASES
     from .phases import PROCESS_PHASES as PROCESS_PHASES

@@ -26,7 +26,7 @@ from ._log import LogSettings
 from ._logging import configure_logging
 from ._plan import ShutdownPlan
 from ._status import ExitStatus
-from ._timeline import Timeline
+from ._timeline import Step, Timeline
 from ._units import PIPE_RELAY, SHUTDOWN_SIGNALS, format_duration, signal_name
 from .config import Config, ProcessSpec, start_levels
 from .control.service import Services
@@ -164,7 +164,7 @@ class Orchestrator:
     # -- the program ----------------------------------------------------------
 
     async def run(self) -> int:
-        self.timeline = Timeline(on_step=lambda step: self.status.phase(step.describe()))
+        self.timeline = Timeline(on_step=self._step_in_progress)
         self.host.bind(self.config, self.processes, self.timeline, self.main_exited, board=self.services.board)
         async with trio.open_nursery() as root:
             self._events_nursery = root
@@ -378,6 +378,10 @@ class Orchestrator:
             log.error("%s; shutting down (%s)", reason, policy)
             self.failure = reason
         self.request_shutdown(reason)
+
+    def _step_in_progress(self, step: Step, running: bool) -> None:
+        """Tell the init layer which step the shutdown is in (see Timeline.on_step)."""
+        self.status.phase(step.describe() if running else f"after {step.describe()}")
 
     def _fire(self, hook: str, **kwargs: object) -> None:
         if self._events_nursery is not None:

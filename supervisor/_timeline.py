@@ -18,8 +18,9 @@ from ._deadline import trio_now
 __all__ = ["Outcome", "Step", "Timeline"]
 
 Outcome = str
-"""One of ``ok``, ``timeout``, ``error``, ``cancelled``, ``skipped`` or a
-step-specific word (``killed``, ``destroyed``, ``saved``...)."""
+"""One of ``ok``, ``timeout``, ``error``, ``failed`` (a ``HookFailed``),
+``cancelled``, ``skipped`` or a step-specific word (``killed``,
+``destroyed``, ``saved``...)."""
 
 
 @dataclass
@@ -59,9 +60,13 @@ class Step:
 class Timeline:
     origin: float = field(default_factory=trio.current_time)
     steps: list[Step] = field(default_factory=list)
-    # Hears every step as it starts: the orchestrator tells the init layer,
-    # whose log line at the wall names the phase the shutdown had reached.
-    on_step: Callable[[Step], None] | None = None
+    # Hears the step in progress whenever it changes -- a step starts, or
+    # one ends and the latest one still running is current again -- and
+    # whether it is still running (False: it ended and none other runs):
+    # the orchestrator tells the init layer, whose log line at the wall
+    # names the step the shutdown had reached, never one already over.
+    on_step: Callable[[Step, bool], None] | None = None
+    _running: list[Step] = field(default_factory=list, repr=False)
 
     @contextmanager
     def step(self, phase: str, name: str, *, plugin: str | None = None) -> Iterator[Step]:
@@ -72,8 +77,9 @@ class Timeline:
         # trio_now: also from a plain def hook's worker thread.
         record = Step(phase=phase, name=name, start=trio_now() - self.origin, plugin=plugin)
         self.steps.append(record)
+        self._running.append(record)
         if self.on_step is not None:
-            self.on_step(record)
+            self.on_step(record, True)
         try:
             yield record
         except BaseException as exc:
@@ -86,6 +92,17 @@ class Timeline:
             raise
         finally:
             record.duration = trio_now() - self.origin - record.start
+            self._ended(record)
+
+    def _ended(self, record: Step) -> None:
+        latest = self._running[-1] is record
+        self._running.remove(record)
+        if self.on_step is None or not latest:
+            return  # a step that started later is still the current one
+        if self._running:
+            self.on_step(self._running[-1], True)
+        else:
+            self.on_step(record, False)
 
     def discard(self, step: Step) -> None:
         """Forget a step that turned out to be nothing worth showing."""

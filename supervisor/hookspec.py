@@ -40,7 +40,9 @@ How hooks run
   check ``process.name`` and return ``supervisor.SKIP`` for the others.
 * An exception, a hang or a timeout in one implementation is logged with the
   plugin's name and recorded in the timeline; it never stops the other
-  implementations, the shutdown, or PID 1.  Raise freely.
+  implementations, the shutdown, or PID 1.  Raise freely.  Raise
+  ``supervisor.HookFailed("what failed")`` for a failure that is not a bug:
+  the step says ``failed`` with that text, and no traceback is logged.
 * Each implementation runs under its plugin's ``hook_timeout`` (a host-level
   setting available in every plugin's section; not ``supervisor_background``,
   which runs until the shutdown begins) and, during shutdown, under the
@@ -92,7 +94,7 @@ if TYPE_CHECKING:
     from ._status import ExitStatus
     from .config import Config, Settings
 
-__all__ = ["PROJECT", "SKIP", "hookimpl", "hookspec"]
+__all__ = ["PROJECT", "SKIP", "HookFailed", "hookimpl", "hookspec"]
 
 PROJECT = "supervisor"
 
@@ -106,6 +108,16 @@ SKIP = _Skip()
 """Return this from a hook that had nothing to do this time (an ``exec``
 plugin with no command for the phase, say): the call is left out of the
 shutdown timeline instead of showing up as an empty ``ok`` step."""
+
+
+class HookFailed(Exception):
+    """Raise this from a hook whose work failed in a way it has already
+    logged (a VM left running, say): the timeline shows the step as
+    ``failed`` with the exception's text as its detail, and the host logs
+    one line without a traceback.  Any other exception is a bug: ``error``,
+    with its traceback."""
+
+
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 

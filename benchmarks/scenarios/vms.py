@@ -195,29 +195,45 @@ def enforcer_lag(bench: Bench) -> list[Row]:
     """The deletion-deadline enforcer's precision: from a request's
     requested-at + grace to its stubborn guest destroyed, with the next
     resync pass a minute away (so only the per-request timer can be on
-    time).  The plugin's Enforcer runs in-process on a private libvirtd; the
-    yardstick is libvirt's own graceful destroy of the same kind of guest."""
+    time); and for requests written while it runs -- one due in 3 s written
+    to both definitions, one written already overdue -- from the moment
+    each became due or was written, whichever is later (so only the
+    metadata-change event can be on time).  The plugin's Enforcer runs
+    in-process on a private libvirtd; the yardstick is libvirt's own
+    graceful destroy of the same kind of guest."""
     count = 1 if bench.smoke else 3
     measure = f"enforcer: requested-at + grace → {count} stubborn guest(s) destroyed, resync_interval 60 s (max)"
+    late_measure = "enforcer: requests written while it runs (due in 3 s; overdue) → destroyed, resync 60 s (max)"
     image, gap = _guest_image_or_gap("VM enforcer", measure, "≤ 1 s + libvirt's destroy")
     if gap:
-        return gap
-    bench.say(f"  {count} stubborn guest(s) with a request, and one destroyed by hand")
-    lags, destroy_time, problems = _enforce(image, count)
+        return [*gap, Row("VM enforcer, late-found", late_measure, "s", gap[0].target, gap[0].ours)]
+    bench.say(f"  {count} stubborn guest(s) with a request, 2 found late, and one destroyed by hand")
+    lags, late, destroy_time, problems = _enforce(image, count)
     limit = 1.0 + destroy_time if destroy_time is not None else None
     text = f"≤ 1 s + libvirt's destroy ({destroy_time:.2f} s)" if destroy_time is not None else "≤ 1 s + destroy"
     note = "lags " + ", ".join(f"{lag:.3f}" for lag in lags) + "; before the per-request timer: up to 60 s"
     value = max(lags) if len(lags) == count else None
-    return [Row("VM enforcer", measure, "s", Target(text, limit), Figure(value, note, problems))]
+    late_note = "lags " + ", ".join(f"{lag:.3f}" for lag in late) + "; before the metadata events: up to 60 s"
+    late_value = max(late) if len(late) == len(_LATE) else None
+    return [
+        Row("VM enforcer", measure, "s", Target(text, limit), Figure(value, note, problems)),
+        Row("VM enforcer, late-found", late_measure, "s", Target(text, limit), Figure(late_value, late_note, problems)),
+    ]
 
 
-def _enforce(image: Any, count: int) -> tuple[list[float], float | None, list[str]]:
+# The requests written while the enforcer runs: (name, seconds from the
+# writing to due -- negative: already overdue, libvirt flags: 1 live, 2 config).
+_LATE = (("bench-late-due", 3.0, 1 | 2), ("bench-late-overdue", -30.0, 1))
+
+
+def _enforce(image: Any, count: int) -> tuple[list[float], list[float], float | None, list[str]]:
     libvirt: Any = importlib.import_module("libvirt")
     lv_daemon: Any = importlib.import_module("tests.libvirt.lv_daemon")
     lv_guests: Any = importlib.import_module("tests.libvirt.lv_guests")
     libvirt.registerErrorHandler(lambda _c, _e: None, None)
     problems: list[str] = []
     lags: list[float] = []
+    late: list[float] = []
     destroy_time: float | None = None
     daemon = lv_daemon.Libvirtd()
     try:
@@ -225,41 +241,49 @@ def _enforce(image: Any, count: int) -> tuple[list[float], float | None, list[st
         conn = libvirt.open(daemon.uri)
         guests = lv_guests.Guests(conn, image, daemon.base / "console")
         names = [f"bench-enf-{i}" for i in range(count)]
+        late_names = [name for name, _, _ in _LATE]
         for name in [*names, "yardstick"]:
             guests.start(name, "stubborn")
-        guests.wait_ready(*names, "yardstick", timeout=300)
+        for name in late_names:  # one is written to both definitions
+            guests.start(name, "stubborn", persistent=True)
+        guests.wait_ready(*names, *late_names, "yardstick", timeout=300)
         started = time.monotonic()
         conn.lookupByName("yardstick").destroyFlags(1)  # VIR_DOMAIN_DESTROY_GRACEFUL
         destroy_time = time.monotonic() - started
         lags = trio.run(_run_enforcer, daemon.uri, conn, names)
+        late = trio.run(_run_enforcer_late, daemon.uri, conn)
         conn.close()
     except (TimeoutError, RuntimeError, trio.TooSlowError, libvirt.libvirtError) as exc:
         problems.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     finally:
         lv_daemon.kill_qemu_under(daemon.base)
         daemon.cleanup()
-    return lags, destroy_time, problems
+    return lags, late, destroy_time, problems
+
+
+def _plugin(name: str) -> Any:
+    return importlib.import_module(f"supervisor_libvirt.{name}")
+
+
+def _enforcer_settings(uri: str, pattern: str) -> Any:
+    settings_module = _plugin("_settings")
+    return settings_module.LibvirtSettings(
+        uri=uri,
+        selection=_plugin("_domains").Selection(names=(pattern,)),
+        enforcer=settings_module.EnforcerSettings(resync_interval=60.0),
+    )
 
 
 async def _run_enforcer(uri: str, conn: Any, names: list[str]) -> list[float]:
-    connection: Any = importlib.import_module("supervisor_libvirt._connection")
-    enforcer_module: Any = importlib.import_module("supervisor_libvirt._enforcer")
-    metadata: Any = importlib.import_module("supervisor_libvirt._metadata")
-    domains: Any = importlib.import_module("supervisor_libvirt._domains")
-    settings_module: Any = importlib.import_module("supervisor_libvirt._settings")
+    metadata = _plugin("_metadata")
     log = logging.getLogger("supervisor.plugin.libvirt")
     grace = 3.0
     now = time.time()
     for name in names:
         request = metadata.ShutdownRequest(requested_at=now, grace=grace).to_xml()
         conn.lookupByName(name).setMetadata(2, request, metadata.KEY, metadata.NAMESPACE, 1)
-    settings = settings_module.LibvirtSettings(
-        uri=uri,
-        selection=domains.Selection(names=("bench-enf-*",)),
-        enforcer=settings_module.EnforcerSettings(resync_interval=60.0),
-    )
-    async with connection.Hypervisor(uri, log) as hv:
-        enforcer = enforcer_module.Enforcer(hv, settings, log)
+    async with _plugin("_connection").Hypervisor(uri, log) as hv:
+        enforcer = _plugin("_enforcer").Enforcer(hv, _enforcer_settings(uri, "bench-enf-*"), log)
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(enforcer.run)
@@ -267,3 +291,39 @@ async def _run_enforcer(uri: str, conn: Any, names: list[str]) -> list[float]:
                     await trio.sleep(0.02)
                 nursery.cancel_scope.cancel()
     return list(enforcer.lag)
+
+
+async def _run_enforcer_late(uri: str, conn: Any) -> list[float]:
+    """Seconds from when each request became actionable (due, or written if
+    later) to its guest destroyed."""
+    metadata = _plugin("_metadata")
+    log = logging.getLogger("supervisor.plugin.libvirt")
+    overdue_when_written: dict[str, float] = {}
+    async with _plugin("_connection").Hypervisor(uri, log) as hv:
+        enforcer = _plugin("_enforcer").Enforcer(hv, _enforcer_settings(uri, "bench-late-*"), log)
+        first_pass = trio.Event()
+        resync_once = enforcer.resync
+
+        async def noted(nursery: trio.Nursery) -> None:
+            await resync_once(nursery)
+            first_pass.set()
+
+        enforcer.resync = noted
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(enforcer.run)
+                await first_pass.wait()  # the next pass is 60 s away
+                for name, due_in, flags in _LATE:
+                    written = time.time()
+                    request = metadata.ShutdownRequest(requested_at=written + due_in - 3.0, grace=3.0)
+                    dom = conn.lookupByName(name)
+                    await trio.to_thread.run_sync(
+                        dom.setMetadata, 2, request.to_xml(), metadata.KEY, metadata.NAMESPACE, flags
+                    )
+                    overdue_when_written[name] = max(0.0, written - request.due(0.0))
+                while len(enforcer.destroyed) < len(_LATE):
+                    await trio.sleep(0.02)
+                nursery.cancel_scope.cancel()
+    # The enforcer's lag counts from due; a request written overdue could
+    # not be acted on before it was written.
+    return [lag - overdue_when_written[name] for name, lag in zip(enforcer.destroyed, enforcer.lag, strict=True)]

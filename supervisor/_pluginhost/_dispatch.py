@@ -33,7 +33,7 @@ import trio
 from .._context import Context
 from .._hooks import Binding, HookCall
 from .._timeline import Step, Timeline
-from ..hookspec import SKIP
+from ..hookspec import SKIP, HookFailed
 from ._enable import EnabledPlugin
 from ._registry import Registry
 
@@ -169,6 +169,11 @@ async def _guarded(attempt: _Attempt, step: Step | None) -> str:
     with attempt.scope() as scope:
         try:
             result = await _invoke(attempt.impl.function, attempt.arguments())
+        except HookFailed as exc:
+            hook_log.error("%s failed: %s", hook, exc)
+            if step is not None:
+                step.detail = str(exc)
+            return "failed"
         except Exception as exc:
             hook_log.error("%s failed: %s: %s", hook, type(exc).__name__, exc, exc_info=exc)
             if step is not None:

@@ -35,6 +35,7 @@ SCENARIOS = {
     "lease hand-over",
     "VM shutdown",
     "VM enforcer",
+    "VM enforcer, late-found",
     "rolling update",
 }
 

@@ -105,6 +105,25 @@ async def test_timeline_records_outcomes(autojump_clock: trio.testing.MockClock)
     assert "ValueError: boom" in text[2]
 
 
+async def test_the_step_in_progress_is_the_latest_still_running_never_one_already_over() -> None:
+    # What PID 1 names at the wall: a hook whose sub-steps are over is still
+    # the step in progress, not its last sub-step.
+    heard: list[tuple[str, bool]] = []
+    timeline = Timeline(on_step=lambda step, running: heard.append((step.name, running)))
+    with timeline.step("wind_down", "wind_down", plugin="libvirt"):
+        with timeline.step("wind_down", "domain a", plugin="libvirt"), timeline.step("wind_down", "domain b"):
+            pass
+        assert heard[-1] == ("wind_down", True)
+    assert heard == [
+        ("wind_down", True),
+        ("domain a", True),
+        ("domain b", True),
+        ("domain a", True),
+        ("wind_down", True),
+        ("wind_down", False),
+    ]
+
+
 async def test_cancellation_wrapped_by_a_nursery_is_recorded_as_cancelled(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

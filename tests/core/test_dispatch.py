@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from supervisor import SKIP, Config, ConfigError, Deadline, Settings, Timeline, hookimpl
+from supervisor import SKIP, Config, ConfigError, Deadline, HookFailed, Settings, Timeline, hookimpl
 from supervisor._pluginhost import PluginHost
 
 
@@ -57,6 +57,10 @@ class Outcomes:
     @hookimpl
     async def supervisor_wind_down(self) -> None:
         await trio.sleep_forever()
+
+    @hookimpl
+    async def supervisor_shutdown_started(self) -> None:
+        raise HookFailed("2 guest(s) still running")
 
 
 class Events:
@@ -162,18 +166,23 @@ async def test_each_outcome_is_a_step_and_a_log_line(
     timeline = _bind(host)
     deadline = Deadline(10)
     with caplog.at_level(logging.INFO, logger="supervisor.plugin.outcomes"):
+        await host.call("supervisor_shutdown_started", deadline=deadline, phase="shutdown_started", reason="test")
         await host.call("supervisor_pre_stop", deadline=deadline, phase="pre_stop")
         await host.call("supervisor_wind_down", deadline=deadline, phase="wind_down")
         await host.call("supervisor_post_stop", deadline=deadline, phase="post_stop")
-    # SKIP leaves no step; the exception's text is the step's detail.
+    # SKIP leaves no step; the exception's text is the step's detail.  A
+    # HookFailed is a failure the plugin knows: "failed", no traceback.
     assert [(s.phase, s.outcome, s.detail, s.duration) for s in timeline.steps] == [
+        ("shutdown_started", "failed", "2 guest(s) still running", 0),
         ("pre_stop", "error", "RuntimeError: boom", 0),
         ("wind_down", "timeout", "", 2),
     ]
     assert [r.getMessage() for r in caplog.records] == [
+        "supervisor_shutdown_started failed: 2 guest(s) still running",
         "supervisor_pre_stop failed: RuntimeError: boom",
         "supervisor_wind_down timed out",
     ]
+    assert [r.exc_info is None for r in caplog.records] == [True, False, True]
 
 
 async def test_a_hook_cut_by_the_deadline_says_so(

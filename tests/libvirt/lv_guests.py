@@ -20,7 +20,9 @@ FLAVOURS = {
 }
 
 
-def guest_xml(name: str, image: GuestImage, console: Path, mode: str, delay: float) -> str:
+def guest_xml(
+    name: str, image: GuestImage, console: Path, mode: str, delay: float, *, on_reboot: str = "destroy"
+) -> str:
     cmdline = f"console=ttyS0 quiet panic=-1 guest.mode={mode} guest.delay={delay:g}"
     return f"""<domain type='qemu'>
   <name>{escape(name)}</name>
@@ -35,7 +37,7 @@ def guest_xml(name: str, image: GuestImage, console: Path, mode: str, delay: flo
   </os>
   <features><acpi/></features>
   <on_poweroff>destroy</on_poweroff>
-  <on_reboot>destroy</on_reboot>
+  <on_reboot>{on_reboot}</on_reboot>
   <on_crash>destroy</on_crash>
   <devices>
     <emulator>/usr/bin/qemu-system-x86_64</emulator>
@@ -54,11 +56,11 @@ class Guests:
         self.console_dir = console_dir
         self.names: list[str] = []
 
-    def start(self, name: str, flavour: str, *, persistent: bool = False) -> Any:
+    def start(self, name: str, flavour: str, *, persistent: bool = False, on_reboot: str = "destroy") -> Any:
         mode, delay = FLAVOURS[flavour]
         console = self.console(name)
         console.unlink(missing_ok=True)
-        xml = guest_xml(name, self.image, console, mode, delay)
+        xml = guest_xml(name, self.image, console, mode, delay, on_reboot=on_reboot)
         self.names.append(name)
         if persistent:
             dom = self.conn.defineXML(xml)

@@ -115,7 +115,7 @@ def test_a_shut_off_domain_is_refused_and_a_request_in_its_definition_is_listed_
     dom.setMetadata(2, ShutdownRequest(requested_at=time.time()).to_xml(), "supervisor", NAMESPACE, 2)
     assert main(["libvirt", "requests", "-c", td.URI]) == 0
     assert capsys.readouterr().out == (
-        "t-off\tshut off; request in its persistent definition: ignored (cancel-shutdown removes it)\n"
+        "t-off\tshut off; request in its persistent definition: every start carries it (cancel-shutdown removes it)\n"
     )
     assert main(["libvirt", "cancel-shutdown", "t-off", "-c", td.URI]) == 0
     assert capsys.readouterr().out == "t-off: shutdown request removed\n"

@@ -87,6 +87,14 @@ def test_defaults_follow_the_reference_values() -> None:
         60.0,
         300.0,
     )
+    # libvirt-guests' ON_BOOT=start for what it saved; BYPASS_CACHE and SYNC_TIME off.
+    assert (parsed.restore, parsed.bypass_cache, parsed.sync_time) == (True, False, False)
+
+
+def test_restore_and_its_options_are_settings() -> None:
+    parsed, settings = configure({"restore": False, "bypass_cache": True, "sync_time": True})
+    assert settings.problems == []
+    assert (parsed.restore, parsed.bypass_cache, parsed.sync_time) == (False, True, True)
 
 
 @pytest.mark.parametrize(

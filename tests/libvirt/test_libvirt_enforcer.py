@@ -26,6 +26,19 @@ def request(dom: Any, requested_at: float, grace: float | None = None) -> None:
     dom.setMetadata(2, xml, KEY, NAMESPACE, 1)
 
 
+def counting_passes(enforcer: Enforcer) -> list[int]:
+    """Count the enforcer's passes, in the one item of the list returned."""
+    done = [0]
+    resync_once = enforcer.resync
+
+    async def counted(nursery: trio.Nursery) -> None:
+        await resync_once(nursery)
+        done[0] += 1
+
+    enforcer.resync = counted  # type: ignore[method-assign]
+    return done
+
+
 async def run_enforcer(
     until: Callable[[Enforcer], bool] = lambda _: True,
     *,
@@ -41,19 +54,11 @@ async def run_enforcer(
         settings = LibvirtSettings(uri=td.URI, enforcer=EnforcerSettings(resync_interval=resync, grace=grace))
     async with Hypervisor(td.URI, LOG) as hv:
         enforcer = Enforcer(hv, settings, LOG)
-        done = 0
-        resync_once = enforcer.resync
-
-        async def counted(nursery: trio.Nursery) -> None:
-            nonlocal done
-            await resync_once(nursery)
-            done += 1
-
-        enforcer.resync = counted  # type: ignore[method-assign]
+        done = counting_passes(enforcer)
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(enforcer.run)
-                while done < passes or not until(enforcer):
+                while done[0] < passes or not until(enforcer):
                     await trio.sleep(0.01)
                 nursery.cancel_scope.cancel()
     return enforcer
@@ -138,17 +143,22 @@ async def test_a_stale_list_does_not_destroy_the_restarted_guest(
     assert td.state(testconn, "t-restarted")[0] == td.STATE_RUNNING  # type: ignore[index]
 
 
-async def test_requests_outside_the_selection_or_in_the_definition_are_reported_not_enforced(
+async def test_requests_outside_the_selection_or_in_the_definition_only_are_reported_not_enforced(
     testconn: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     excluded = td.start(testconn, "t-x1", stubborn=True)
     request(excluded, time.time() - 10, grace=1)
     td.start(testconn, "t-x2").setMetadata(2, '<shutdown requested-at="yesterday"/>', KEY, NAMESPACE, 1)
-    defined = td.start(testconn, "t-defined", stubborn=True)
-    defined.destroy()
     xml = ShutdownRequest(requested_at=time.time() - 10, grace=1).to_xml()
-    defined.setMetadata(2, xml, KEY, NAMESPACE, 2)  # the persistent definition: every start copies it
-    defined.create()
+    # --config alone on a running guest: the persistent definition only.
+    td.start(testconn, "t-defined", stubborn=True).setMetadata(2, xml, KEY, NAMESPACE, 2)
+    # --live --config: the live copy counts.
+    td.start(testconn, "t-both", stubborn=True).setMetadata(2, xml, KEY, NAMESPACE, 1 | 2)
+    # Written while it was off: every start copies it into the live definition.
+    carried = td.start(testconn, "t-carried", stubborn=True)
+    carried.destroy()
+    carried.setMetadata(2, xml, KEY, NAMESPACE, 2)
+    carried.create()
     selected = td.start(testconn, "t-selected", stubborn=True)
     request(selected, time.time() - 10, grace=1)
     settings = LibvirtSettings(
@@ -156,14 +166,14 @@ async def test_requests_outside_the_selection_or_in_the_definition_are_reported_
         selection=Selection(names=("t-*",), exclude=("t-x*",)),
         enforcer=EnforcerSettings(resync_interval=0.1),
     )
-    enforcer = await run_enforcer(lambda e: bool(e.destroyed), passes=4, settings=settings)
-    assert enforcer.destroyed == ["t-selected"]
+    enforcer = await run_enforcer(lambda e: len(e.destroyed) == 3, passes=4, settings=settings)
+    assert sorted(enforcer.destroyed) == ["t-both", "t-carried", "t-selected"]
     assert td.state(testconn, "t-x1")[0] == td.STATE_RUNNING  # type: ignore[index]
     assert td.state(testconn, "t-defined")[0] == td.STATE_RUNNING  # type: ignore[index]
     assert caplog.text.count("t-x1: shutdown request not acted on: the plugin's selection leaves") == 1
     assert caplog.text.count("t-x2: shutdown request not acted on") == 1  # not judged: not ours
     assert "t-x2: ignoring" not in caplog.text
-    assert caplog.text.count("t-defined: ignoring the shutdown request in its persistent definition") == 1
+    assert caplog.text.count("t-defined: ignoring the shutdown request in its persistent definition only") == 1
 
 
 async def test_the_destroy_comes_at_the_due_time_not_at_the_next_pass(testconn: Any) -> None:
@@ -181,3 +191,70 @@ async def test_the_destroy_comes_at_the_due_time_not_at_the_next_pass(testconn: 
     assert enforcer.destroyed == ["t-timed"]
     [lag] = enforcer.lag
     assert 0 <= lag < 10.0  # the next pass is 60 s away (the precision itself: benchmarks/)
+
+
+async def test_a_request_written_while_it_runs_is_found_at_once_not_at_the_next_pass(testconn: Any) -> None:
+    dom = td.start(testconn, "t-late", stubborn=True)
+    settings = LibvirtSettings(uri=td.URI, enforcer=EnforcerSettings(resync_interval=60))
+    async with Hypervisor(td.URI, LOG) as hv:
+        enforcer = Enforcer(hv, settings, LOG)
+        first_pass = trio.Event()
+        resync_once = enforcer.resync
+
+        async def noted(nursery: trio.Nursery) -> None:
+            await resync_once(nursery)
+            first_pass.set()
+
+        enforcer.resync = noted  # type: ignore[method-assign]
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(enforcer.run)
+                await first_pass.wait()  # the next pass is 60 s away
+                written = time.time()
+                await trio.to_thread.run_sync(request, dom, written - 10, 1.0)  # 9 s overdue
+                while not enforcer.destroyed:
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+    assert enforcer.destroyed == ["t-late"]
+    [lag] = enforcer.lag
+    # Found by its metadata-change event: the next pass would have come 60 s
+    # after the first, past the fail_after.
+    assert 9.0 <= lag < 30.0
+
+
+def test_a_guest_stopped_while_listing_is_left_out_not_the_whole_list(testconn: Any) -> None:
+    running = td.start(testconn, "t-running")
+    stopped = td.start(testconn, "t-stopped")
+    stopped.destroy()  # as if it stopped between the list and the look at its metadata
+
+    class Listed:
+        def listAllDomains(self, _flags: int) -> list[Any]:
+            return [stopped, running]
+
+    names = [domain.name for domain in _domains.list_domains()(Listed())]
+    assert names == ["t-running"]
+
+
+async def test_requests_written_elsewhere_do_not_press_known_requests_again(
+    testconn: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    known = td.start(testconn, "t-known", stubborn=True)
+    request(known, time.time(), grace=120)
+    others = [td.start(testconn, f"t-other-{i}") for i in range(3)]
+    settings = LibvirtSettings(uri=td.URI, enforcer=EnforcerSettings(resync_interval=60))
+    async with Hypervisor(td.URI, LOG) as hv:
+        enforcer = Enforcer(hv, settings, LOG)
+        passes = counting_passes(enforcer)
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(enforcer.run)
+                for i, other in enumerate(others, start=1):
+                    while passes[0] < i:
+                        await trio.sleep(0.01)
+                    # A metadata change elsewhere (not a request): a pass, no press.
+                    await trio.to_thread.run_sync(other.setMetadata, 2, "<x/>", "x", "urn:example:x", 1)
+                while passes[0] < len(others) + 1:
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+    assert caplog.text.count("enforcer: t-known: shutdown requested") == 1

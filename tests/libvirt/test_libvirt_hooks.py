@@ -8,17 +8,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 import supervisor_libvirt
 import trio
 from supervisor_libvirt import (
     supervisor_background,
     supervisor_before_process_stop,
     supervisor_configure,
+    supervisor_startup,
     supervisor_wind_down,
 )
 from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
 
-from supervisor import Context, Deadline, Settings, Timeline
+from supervisor import SKIP, Context, Deadline, HookFailed, Settings, Timeline
 from supervisor._pluginhost import PluginHost
 from supervisor.config import Config, ProcessSpec
 from tests.libvirt import lv_testdriver as td
@@ -124,3 +126,27 @@ async def test_hook_timeout_in_the_section_does_not_stop_the_enforcer(testconn: 
             while td.state(testconn, "t-later") != (td.STATE_SHUTOFF, td.REASON_DESTROYED):
                 await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
+
+
+async def test_startup_restores_what_the_plugin_saved_unless_switched_off(testconn: Any) -> None:
+    td.start(testconn, "t-ours")
+    td.start(testconn, "t-theirs").managedSave(0)  # saved, not by the plugin
+    await supervisor_wind_down(ctx=context({"mode": "managedsave"}), deadline=Deadline(10))
+    assert td.state(testconn, "t-ours") == (td.STATE_SHUTOFF, td.REASON_SAVED)
+    assert await supervisor_startup(ctx=context({"restore": False})) is SKIP
+    assert td.state(testconn, "t-ours") == (td.STATE_SHUTOFF, td.REASON_SAVED)
+    await supervisor_startup(ctx=context({}))
+    assert td.state(testconn, "t-ours")[0] == td.STATE_RUNNING  # type: ignore[index]
+    assert td.state(testconn, "t-theirs") == (td.STATE_SHUTOFF, td.REASON_SAVED)
+    # Restored once: the mark is gone with the image.
+    testconn.lookupByName("t-ours").destroy()
+    await supervisor_startup(ctx=context({}))
+    assert td.state(testconn, "t-ours") == (td.STATE_SHUTOFF, td.REASON_DESTROYED)
+
+
+async def test_the_hook_fails_when_guests_may_be_left_running(tmp_path: Any) -> None:
+    # Its own row must not say "ok" above a domains row that says "failed".
+    ctx = context({"uri": f"qemu:///system?socket={tmp_path}/missing-sock"})
+    with pytest.raises(HookFailed, match=r"^cannot list domains: "):
+        await supervisor_wind_down(ctx=ctx, deadline=Deadline(2))
+    assert [(s.name, s.outcome) for s in ctx.timeline.steps] == [("domains", "failed")]

@@ -7,7 +7,9 @@ wait for them in parallel to keep the suite short on two cores.
 from __future__ import annotations
 
 import logging
+import re
 import signal
+import subprocess
 import time
 from typing import Any
 
@@ -30,7 +32,7 @@ pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.xdist_group("li
 
 LOG = logging.getLogger("supervisor.plugin.libvirt")
 SHUTOFF = 5
-REASON_SHUTDOWN, REASON_DESTROYED = 1, 2
+REASON_SHUTDOWN, REASON_DESTROYED, REASON_DAEMON = 1, 2, 8
 
 
 def settings(libvirtd: Libvirtd, *, exclude: tuple[str, ...] = (), **overrides: Any) -> LibvirtSettings:
@@ -117,7 +119,10 @@ async def test_graceful_guests_shut_down_and_the_stubborn_one_is_destroyed_at_it
 async def test_press_during_boot_is_lost_and_the_resend_stops_the_guest(guests: Guests, libvirtd: Libvirtd) -> None:
     guests.start("rt-booting", "graceful")
     assert "guest: ready" not in guests.output("rt-booting")  # still booting: the press goes nowhere
-    results, _ = await shut_down(settings(libvirtd, shutdown_timeout=40.0, resend_interval=1.5))
+    # A TCG boot on a machine whose every core is busy has taken over 26 s:
+    # the budget only bounds a guest that never boots.
+    config = settings(libvirtd, shutdown_timeout=100.0, resend_interval=1.5)
+    results, _ = await shut_down(config, budget=120.0)
     result = results["rt-booting"]
     assert result.outcome == "shut down"
     assert presses(result) >= 2
@@ -164,7 +169,8 @@ async def test_enforcer_destroys_at_the_due_time_and_only_within_its_selection(
     assert "rt-enf-defined: not running" in capsys.readouterr().err
     with pytest.raises(libvirt.libvirtError):
         defined.metadata(2, NAMESPACE, 2)
-    # Something else writes one there anyway: every start now carries it.
+    # Something else writes one there anyway: every start copies it into the
+    # live definition, where it counts.
     overdue = ShutdownRequest(requested_at=time.time() - 60, grace=1.0).to_xml()
     defined.setMetadata(2, overdue, KEY, NAMESPACE, 2)
     defined.create()
@@ -184,17 +190,16 @@ async def test_enforcer_destroys_at_the_due_time_and_only_within_its_selection(
                     await trio.sleep(0.05)
                 nursery.cancel_scope.cancel()
     destroyed_at = time.time()
-    assert enforcer.destroyed == ["rt-enf-stubborn"]
+    assert enforcer.destroyed == ["rt-enf-defined", "rt-enf-stubborn"]  # the overdue one at once
     # Long before the next pass (60 s); the lag itself is measured in benchmarks/.
     assert due <= destroyed_at < due + 20.0, enforcer.lag
     assert guests.state("rt-enf-stubborn") is None  # transient: destroyed means gone
     assert guests.state("rt-enf-graceful") is None
     assert "guest: powering off" in guests.output("rt-enf-graceful")
-    # Left alone, and said so: the excluded guest and the definition's request.
+    assert guests.state("rt-enf-defined") == (SHUTOFF, REASON_DESTROYED)
+    # Left alone, and said so: the excluded guest.
     assert guests.state("rt-enf-x1") == (1, 1)
-    assert guests.state("rt-enf-defined") == (1, 1)
     assert "rt-enf-x1: shutdown request not acted on: the plugin's selection leaves" in caplog.text
-    assert "rt-enf-defined: ignoring the shutdown request in its persistent definition" in caplog.text
 
 
 async def test_libvirtd_down_mid_shutdown_is_reported_and_the_plan_finishes_in_time(
@@ -242,7 +247,136 @@ async def test_libvirtd_restarted_mid_shutdown_is_reconnected(
         nursery.start_soon(restart_daemon)
         results, elapsed = await shut_down(settings(libvirtd, shutdown_timeout=10.0), budget=25.0)
     assert "lost the connection to" in caplog.text
-    assert "reconnected to" in caplog.text
+    # The loss is the warning; the reconnect is news.
+    assert {r.levelname for r in caplog.records if r.getMessage().startswith("reconnected to")} == {"INFO"}
     assert results["rt-restart-slow"].outcome == "shut down"
     assert results["rt-restart-stubborn"].outcome == "destroyed"
     assert elapsed < 25.0
+
+
+async def test_libvirtd_down_across_the_destroy_is_retried_and_the_guest_goes_once_it_is_back(
+    guests: Guests, libvirtd: Libvirtd, caplog: pytest.LogCaptureFixture
+) -> None:
+    guests.start("rt-retry", "stubborn", persistent=True)
+    guests.wait_ready("rt-retry")
+    caplog.set_level(logging.INFO)
+
+    async def down_across_the_destroy() -> None:
+        await logged(caplog, "rt-retry: shutdown requested")
+        await trio.to_thread.run_sync(libvirtd.stop)
+        await logged(caplog, "rt-retry: destroy failed")
+        await trio.to_thread.run_sync(libvirtd.start)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(down_across_the_destroy)
+        # One press, done before libvirtd stops: a libvirtd stopped in the
+        # middle of a call may kill the guest itself as it comes back.
+        config = settings(libvirtd, shutdown_timeout=3.0, resend_interval=60.0)
+        results, elapsed = await shut_down(config, budget=40.0)
+    # The destroy tried again once libvirtd answered.  A destroy that comes
+    # while the restarted libvirtd is still reconnecting to the QEMU makes
+    # libvirtd finish the guest off itself, with its own reason.
+    result = results["rt-retry"]
+    assert result.outcome == "destroyed" or result.detail.startswith("killed by libvirtd as it reconnected"), results
+    assert "rt-retry: destroy failed" in caplog.text
+    assert "still running as the shutdown ends" not in caplog.text
+    guests.reconnect(libvirtd.uri)
+    assert guests.state("rt-retry") in ((SHUTOFF, REASON_DESTROYED), (SHUTOFF, REASON_DAEMON))
+    assert elapsed < 40.0
+
+
+def virsh_metadata(libvirtd: Libvirtd, name: str, request: ShutdownRequest, *where: str) -> None:
+    """Write a request as a provider would, with virsh."""
+    subprocess.run(
+        [
+            "virsh",
+            "-q",
+            "-c",
+            libvirtd.uri,
+            "metadata",
+            name,
+            NAMESPACE,
+            "--key",
+            KEY,
+            *where,
+            "--set",
+            request.to_xml(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+
+
+async def test_requests_written_while_the_enforcer_runs_are_destroyed_within_a_second_of_due(
+    guests: Guests, libvirtd: Libvirtd, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    for name in ("rt-due-later", "rt-overdue", "rt-config-only"):
+        guests.start(name, "stubborn", persistent=True)
+    guests.wait_ready("rt-due-later", "rt-overdue", "rt-config-only")
+    # One pass at the start, the next 60 s later: only the metadata-change
+    # events can make the requests known in time.
+    config = settings(libvirtd, enforcer=EnforcerSettings(resync_interval=60.0))
+    async with Hypervisor(config.uri, LOG) as hv:
+        enforcer = Enforcer(hv, config, LOG)
+        first_pass = trio.Event()
+        resync_once = enforcer.resync
+
+        async def noted(nursery: trio.Nursery) -> None:
+            await resync_once(nursery)
+            first_pass.set()
+
+        enforcer.resync = noted  # type: ignore[method-assign]
+        with trio.fail_after(40):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(enforcer.run)
+                await first_pass.wait()
+                # Both definitions, as many providers write it; due in 5 s.
+                later = ShutdownRequest(requested_at=time.time(), grace=5.0)
+                await trio.to_thread.run_sync(virsh_metadata, libvirtd, "rt-due-later", later, "--live", "--config")
+                # Written already overdue: due when written.
+                overdue = ShutdownRequest(requested_at=time.time() - 30, grace=5.0)
+                overdue_written = time.time()
+                await trio.to_thread.run_sync(virsh_metadata, libvirtd, "rt-overdue", overdue, "--live")
+                # The persistent definition only: asks nothing of this boot.
+                await trio.to_thread.run_sync(virsh_metadata, libvirtd, "rt-config-only", overdue, "--config")
+                while len(enforcer.destroyed) < 2:
+                    await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+    lags = dict(zip(enforcer.destroyed, zip(enforcer.lag, enforcer.destroy_took, strict=True), strict=True))
+    assert sorted(lags) == ["rt-due-later", "rt-overdue"]
+    # Within 1 s of due, plus libvirt's own destroy time.
+    lag, took = lags["rt-due-later"]
+    assert 0.0 <= lag - took < 1.0, lags
+    lag, took = lags["rt-overdue"]
+    assert lag - took < (overdue_written - overdue.due(0.0)) + 1.0, lags  # type: ignore[operator]
+    assert guests.state("rt-due-later") == (SHUTOFF, REASON_DESTROYED)
+    assert guests.state("rt-overdue") == (SHUTOFF, REASON_DESTROYED)
+    assert guests.state("rt-config-only") == (1, 1)  # running
+    assert caplog.text.count("rt-config-only: ignoring the shutdown request in its persistent definition only") == 1
+    # The destroy's line tells the discovery's lateness (written 25 s after
+    # its due time) and libvirt's time apart.
+    assert re.search(r"rt-overdue: destroyed, [\d.]+s after its due time \(request found 2\d\.\d\ds after", caplog.text)
+    assert re.search(r"rt-due-later: destroyed, .*\(request found before its due time; destroy took ", caplog.text)
+
+
+async def test_a_guest_that_reboots_instead_of_powering_off_is_named_so(
+    guests: Guests, libvirtd: Libvirtd, caplog: pytest.LogCaptureFixture
+) -> None:
+    dom = guests.start("rt-reboots", "stubborn", on_reboot="restart")
+    guests.wait_ready("rt-reboots")
+    caplog.set_level(logging.INFO)
+
+    async def reboot_at_the_press() -> None:
+        await logged(caplog, "rt-reboots: shutdown requested")
+        await trio.to_thread.run_sync(dom.reset, 0)  # a reset: libvirt's REBOOT event, as for a guest's reboot
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reboot_at_the_press)
+        results, _ = await shut_down(settings(libvirtd, shutdown_timeout=5.0, resend_interval=1.5))
+    assert results["rt-reboots"].outcome == "destroyed"
+    # QEMU's reset may reach libvirt as more than one REBOOT event: counted as such.
+    assert re.search(r"rt-reboots: rebooted instead of powering off \(\d time\(s\)\); shutdown request 2", caplog.text)
+    assert re.search(r"rt-reboots: still running after .* having rebooted \d time\(s\); destroying it", caplog.text)
+    assert "rt-reboots: destroyed after " in caplog.text  # its own line, not only the timeline's

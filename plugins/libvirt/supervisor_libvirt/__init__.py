@@ -7,8 +7,11 @@ but never cut short by the main process's exit, when libvirtd runs
 elsewhere), presses every selected guest's ACPI power button, presses again
 every ``resend_interval`` (a press during boot is lost), and destroys what is
 still running when its time is up; or saves guests with ``mode:
-managedsave``.  A background enforcer destroys domains whose requested
-shutdown (``requested-at`` in their metadata) outlived its grace::
+managedsave`` (restored at the next start-up).  When the shutdown is cut
+short (the deadline, a second SIGTERM) whatever still runs gets a last
+destroy.  A background enforcer destroys domains whose requested shutdown
+(``requested-at`` in their metadata, found as it is written) outlived its
+grace::
 
     plugins:
       libvirt:
@@ -26,11 +29,17 @@ from __future__ import annotations
 
 import argparse
 
-from supervisor import SKIP, Config, Context, Deadline, ProcessInfo, Settings, hookimpl
+import trio
+
+from supervisor import SKIP, Config, Context, Deadline, HookFailed, ProcessInfo, Settings, hookimpl
 
 from ._settings import LibvirtSettings, parse
 
 __all__ = ["LibvirtSettings"]
+
+# How long the enforcer's connection may take to close once the shutdown has
+# cancelled it: a local call's time; past it, the close ends in its thread.
+_BACKGROUND_CLOSE = 0.5
 
 
 @hookimpl
@@ -55,6 +64,39 @@ def supervisor_add_commands(
 
 
 @hookimpl
+async def supervisor_startup(ctx: Context) -> object:
+    # Before any process starts, so before the guests' dependants.  With a
+    # supervised libvirtd there is no daemon yet: see process_started.
+    settings = _settings(ctx)
+    if not settings.restore or settings.process is not None:
+        return SKIP
+    from ._connection import Hypervisor
+    from ._restore import restore_saved
+
+    async with Hypervisor(settings.uri, ctx.log) as hv:
+        await restore_saved(hv, settings, ctx.log)
+    return None
+
+
+@hookimpl
+async def supervisor_process_started(ctx: Context, process: ProcessInfo) -> object:
+    # The supervised libvirtd was just spawned: restore once it answers.
+    # Not awaited by the supervisor, so the daemon's dependants may start
+    # meanwhile (there is no hook between a process's start and its
+    # dependants'); bounded by hook_timeout (30 s by default).
+    settings = _settings(ctx)
+    if not settings.restore or settings.process is None or process.name != settings.process:
+        return SKIP
+    from ._connection import Hypervisor
+    from ._restore import restore_saved
+
+    async with Hypervisor(settings.uri, ctx.log) as hv:
+        await hv.wait_until_up()
+        await restore_saved(hv, settings, ctx.log)
+    return None
+
+
+@hookimpl
 async def supervisor_background(ctx: Context) -> None:
     settings = _settings(ctx)
     if not settings.enforcer.enabled:
@@ -62,7 +104,9 @@ async def supervisor_background(ctx: Context) -> None:
     from ._connection import Hypervisor
     from ._enforcer import Enforcer
 
-    async with Hypervisor(settings.uri, ctx.log) as hv:
+    # Cancelled as the shutdown begins: the close must not hold the
+    # orchestrator's exit behind calls still in flight.
+    async with Hypervisor(settings.uri, ctx.log, close_by=lambda: trio.current_time() + _BACKGROUND_CLOSE) as hv:
         await Enforcer(hv, settings, ctx.log).run()
 
 
@@ -89,11 +133,16 @@ async def supervisor_wind_down(ctx: Context, deadline: Deadline) -> object:
 
 async def _shut_down(ctx: Context, settings: LibvirtSettings, deadline: Deadline, phase: str) -> None:
     from ._connection import Hypervisor
-    from ._shutdown import Report, shut_down_all
+    from ._shutdown import Report, hook_end, shut_down_all
 
     report = Report(ctx.timeline, phase, ctx.plugin, ctx.log)
-    async with Hypervisor(settings.uri, ctx.log, threads=max(32, settings.max_parallel * 2)) as hv:
-        await shut_down_all(hv, settings, deadline, report)
+    threads = max(32, settings.max_parallel * 2)
+    # The close may wait for calls still in flight: never past the hook's end.
+    async with Hypervisor(settings.uri, ctx.log, threads=threads, close_by=hook_end(deadline, settings)) as hv:
+        results = await shut_down_all(hv, settings, deadline, report)
+    problem = report.problem(results)
+    if problem is not None:  # logged already, guest by guest
+        raise HookFailed(problem)
 
 
 def _settings(ctx: Context) -> LibvirtSettings:

@@ -11,7 +11,7 @@ from . import _domains as ops
 from ._binding import NO_DOMAIN, OPERATION_INVALID, LibvirtFailure
 from ._connection import Hypervisor
 
-__all__ = ["FINAL", "destroy"]
+__all__ = ["FINAL", "destroy", "notifying"]
 
 # Errors that settle the matter: the domain is gone, or no longer running.
 FINAL = frozenset({NO_DOMAIN, OPERATION_INVALID})
@@ -33,7 +33,7 @@ async def destroy(
     graceful_error: LibvirtFailure | None = None
     with trio.move_on_at(graceful_until):
         try:
-            await hv.call(_notifying(hv, ops.destroy(uuid, graceful=True), on_done))
+            await hv.call(notifying(hv, ops.destroy(uuid, graceful=True), on_done))
         except LibvirtFailure as exc:
             if exc.code in FINAL:
                 raise
@@ -42,11 +42,12 @@ async def destroy(
             return None
     if graceful_error is None:
         graceful_error = LibvirtFailure("graceful destroy did not finish in time")
-    await hv.call(_notifying(hv, ops.destroy(uuid, graceful=False), on_done))
+    await hv.call(notifying(hv, ops.destroy(uuid, graceful=False), on_done))
     return graceful_error
 
 
-def _notifying(hv: Hypervisor, op: Callable[[Any], None], on_done: Callable[[], None] | None) -> Callable[[Any], None]:
+def notifying(hv: Hypervisor, op: Callable[[Any], None], on_done: Callable[[], None] | None) -> Callable[[Any], None]:
+    """``op``, followed by ``on_done()`` in trio's thread once it succeeded."""
     if on_done is None:
         return op
 

@@ -29,7 +29,8 @@ from ._settings import DEFAULT_URI
 __all__ = ["add_commands"]
 
 EXIT_FAILURE = 1
-_IN_DEFINITION = "request in its persistent definition: ignored (cancel-shutdown removes it)"
+_IN_DEFINITION = "request in its persistent definition only: ignored (cancel-shutdown removes it)"
+_CARRIED = "request in its persistent definition: every start carries it (cancel-shutdown removes it)"
 T = TypeVar("T")
 
 
@@ -199,7 +200,7 @@ def list_requests(args: argparse.Namespace) -> int:
             request = domain.request
             if domain.request_error is not None:
                 print(f"{domain.name}\tinvalid request: {domain.request_error}")
-            elif domain.request_in_definition:
+            elif domain.definition_only:
                 print(f"{domain.name}\t{_IN_DEFINITION}")
             elif request.requested_at is not None:
                 grace = "default grace" if request.grace is None else f"grace {format_duration(request.grace)}"
@@ -207,7 +208,7 @@ def list_requests(args: argparse.Namespace) -> int:
                 when = format_time(request.requested_at)
                 print(f"{domain.name}\trequested at {when} ({age} ago, {grace})")
         for name, _xml in stale:
-            print(f"{name}\tshut off; {_IN_DEFINITION}")
+            print(f"{name}\tshut off; {_CARRIED}")
         return 0
 
     return _connected(args, action)

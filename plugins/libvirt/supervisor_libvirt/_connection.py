@@ -27,6 +27,8 @@ T = TypeVar("T")
 
 # virDomainEventID / virDomainEventType values.
 _EVENT_ID_LIFECYCLE = 0
+_EVENT_ID_REBOOT = 1
+_EVENT_ID_METADATA_CHANGE = 23
 _EVENT_UNDEFINED = 1
 _EVENT_STOPPED = 5
 _CLOSE_TIMEOUT = 2.0
@@ -38,9 +40,17 @@ class Hypervisor:
 
     ``call(op)`` runs ``op(conn)`` in a worker thread and raises
     LibvirtFailure; ``stopped(uuid)`` is a trio.Event set when libvirt reports
-    that domain stopped (or undefined).  Events only wake the waiters early:
-    callers still confirm by asking for the domain's state, since events are
-    lost while the connection is down.
+    that domain stopped (or undefined); ``changed()`` one set at the next
+    metadata change of any domain or reconnect (what may have been written
+    while the connection was down); ``rebooted(uuid)`` counts the guest
+    reboots libvirt reported.  Events only wake the waiters early: callers
+    still confirm by asking libvirt, since events are lost while the
+    connection is down.
+
+    ``close_by()`` (if given) is the latest moment ``aclose`` may wait for the
+    connection to close: a close can block behind calls still in flight
+    (libvirt holds the connection's lock for them), and a shutdown hook must
+    fit its deadline; past that moment the close finishes in its own thread.
     """
 
     def __init__(
@@ -51,6 +61,7 @@ class Hypervisor:
         threads: int = 16,
         retry_interval: float = 1.0,
         keepalive: tuple[int, int] = (5, 3),
+        close_by: Callable[[], float] | None = None,
     ) -> None:
         self.uri = uri
         self.log = log
@@ -60,13 +71,16 @@ class Hypervisor:
         self._conn: Any = None
         # Counts connections, so that a late notice about an old one is ignored.
         self._generation = 0
-        self._callback_id: int | None = None
+        self._callback_ids: tuple[int, ...] = ()
         self._connect_lock = trio.Lock()
         self._last_failure: tuple[float, LibvirtFailure] | None = None
         self._lost_reported = False
         self._stopped: dict[str, trio.Event] = {}
         self._stop_reasons: dict[str, int] = {}
         self._token: trio.lowlevel.TrioToken | None = None
+        self._changed = trio.Event()
+        self._reboots: dict[str, int] = {}
+        self.close_by = close_by
 
     async def __aenter__(self) -> Hypervisor:
         return self
@@ -115,6 +129,17 @@ class Hypervisor:
     def forget(self, uuid: str) -> None:
         self._stopped.pop(uuid, None)
         self._stop_reasons.pop(uuid, None)
+        self._reboots.pop(uuid, None)
+
+    def changed(self) -> trio.Event:
+        """An event set at the next metadata change of any domain (a shutdown
+        request written), and at a reconnect (changes made meanwhile sent no
+        event): the moment to look at the domains again."""
+        return self._changed
+
+    def rebooted(self, uuid: str) -> int:
+        """How many times libvirt reported that the guest rebooted."""
+        return self._reboots.get(uuid, 0)
 
     def soon(self, function: Callable[..., object], *args: object) -> None:
         """Run ``function(*args)`` in trio's thread, from any thread (a worker
@@ -126,18 +151,42 @@ class Hypervisor:
             token.run_sync_soon(function, *args)
 
     async def aclose(self) -> None:
-        """Close the connection; shielded but bounded, so that a cancelled
-        hook still releases it and a hung daemon cannot hold the hook."""
+        """Close the connection; shielded but bounded (``_CLOSE_TIMEOUT`` and
+        ``close_by()``), so that a cancelled hook still releases it and
+        neither a hung daemon nor calls still in flight hold the hook: past
+        the bound the close goes on in its own thread."""
         conn, self._conn = self._conn, None
-        callback_id, self._callback_id = self._callback_id, None
+        callback_ids, self._callback_ids = self._callback_ids, ()
         if conn is None:
             return
-        with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT):
-            await trio.to_thread.run_sync(self._close, conn, callback_id, abandon_on_cancel=True)
+        until = trio.current_time() + _CLOSE_TIMEOUT
+        if self.close_by is not None:
+            until = min(until, self.close_by())
+        done = trio.Event()
+        self._token = trio.lowlevel.current_trio_token()
+
+        def close() -> None:
+            self._close(conn, callback_ids)
+            self.soon(done.set)
+
+        threading.Thread(target=close, name="libvirt-close", daemon=True).start()
+        with trio.CancelScope(shield=True), trio.move_on_at(until):
+            await done.wait()
 
     # ------------------------------------------------------------------
 
-    async def _connection(self) -> Any:
+    async def wait_until_up(self) -> None:
+        """Until libvirtd answers (a daemon just spawned), without reporting
+        the refusals on the way; the caller bounds it."""
+        while True:
+            try:
+                await self._connection(report=False)
+            except LibvirtFailure:
+                await trio.sleep(self.retry_interval)
+            else:
+                return
+
+    async def _connection(self, *, report: bool = True) -> Any:
         async with self._connect_lock:
             if self._conn is not None:
                 return self._conn
@@ -147,23 +196,25 @@ class Hypervisor:
             self._token = trio.lowlevel.current_trio_token()
             generation = self._generation + 1
             try:
-                conn, callback_id = await trio.to_thread.run_sync(
+                conn, callback_ids = await trio.to_thread.run_sync(
                     self._open, generation, abandon_on_cancel=True, limiter=self.limiter
                 )
             except LibvirtFailure as exc:
                 self._last_failure = (trio.current_time(), exc)
-                if not self._lost_reported:
+                if report and not self._lost_reported:
                     self.log.warning("cannot connect to %s: %s", self.uri, exc)
                     self._lost_reported = True
                 raise
             if self._lost_reported:
-                self.log.warning("reconnected to %s", self.uri)
+                # The loss was the warning; its end is news, not a problem.
+                self.log.info("reconnected to %s", self.uri)
+                self._set_changed()
             self._lost_reported = False
             self._last_failure = None
-            self._conn, self._callback_id, self._generation = conn, callback_id, generation
+            self._conn, self._callback_ids, self._generation = conn, callback_ids, generation
             return conn
 
-    def _open(self, generation: int) -> tuple[Any, int | None]:
+    def _open(self, generation: int) -> tuple[Any, tuple[int, ...]]:
         libvirt = libvirt_module()
         ensure_event_loop()
         try:
@@ -175,19 +226,24 @@ class Hypervisor:
         # Local drivers (test:///) have no keepalive; nothing to detect there.
         with contextlib.suppress(libvirt.libvirtError):
             conn.setKeepAlive(*self.keepalive)
-        callback_id: int | None = None
+        callback_ids: list[int] = []
         try:
-            callback_id = conn.domainEventRegisterAny(None, _EVENT_ID_LIFECYCLE, self._on_lifecycle, None)
+            for event_id, callback in (
+                (_EVENT_ID_LIFECYCLE, self._on_lifecycle),
+                (_EVENT_ID_REBOOT, self._on_reboot),
+                (_EVENT_ID_METADATA_CHANGE, self._on_metadata_change),
+            ):
+                callback_ids.append(conn.domainEventRegisterAny(None, event_id, callback, None))
             conn.registerCloseCallback(self._on_close, generation)
         except libvirt.libvirtError as exc:
-            self.log.info("no lifecycle events from %s, polling only: %s", self.uri, exc)
-        return conn, callback_id
+            self.log.info("no domain events from %s, polling only: %s", self.uri, exc)
+        return conn, tuple(callback_ids)
 
     @staticmethod
-    def _close(conn: Any, callback_id: int | None) -> None:
+    def _close(conn: Any, callback_ids: tuple[int, ...]) -> None:
         libvirt = libvirt_module()
         try:
-            if callback_id is not None:
+            for callback_id in callback_ids:
                 conn.domainEventDeregisterAny(callback_id)
             conn.unregisterCloseCallback()
         except libvirt.libvirtError:
@@ -203,8 +259,8 @@ class Hypervisor:
         conn, self._conn = self._conn, None
         # Closing releases the client's socket and callbacks; in a thread of
         # its own because even that may block on a hung daemon.
-        threading.Thread(target=self._close, args=(conn, self._callback_id), name="libvirt-close", daemon=True).start()
-        self._callback_id = None
+        threading.Thread(target=self._close, args=(conn, self._callback_ids), name="libvirt-close", daemon=True).start()
+        self._callback_ids = ()
         if not self._lost_reported:
             self.log.warning("lost the connection to %s: %s; reconnecting", self.uri, reason)
             self._lost_reported = True
@@ -222,6 +278,12 @@ class Hypervisor:
         elif event == _EVENT_UNDEFINED:
             self.soon(self._set_stopped, dom.UUIDString(), None)
 
+    def _on_reboot(self, _conn: Any, dom: Any, _opaque: object) -> None:
+        self.soon(self._count_reboot, dom.UUIDString())
+
+    def _on_metadata_change(self, _conn: Any, _dom: Any, _type: int, _nsuri: str | None, _opaque: object) -> None:
+        self.soon(self._set_changed)
+
     def _on_close(self, _conn: Any, reason: int, generation: int) -> None:
         self.soon(self._lost, generation, f"connection closed ({_CLOSE_REASONS.get(reason, reason)})")
 
@@ -231,3 +293,10 @@ class Hypervisor:
             if reason is not None:
                 self._stop_reasons[uuid] = reason
             event.set()
+
+    def _count_reboot(self, uuid: str) -> None:
+        self._reboots[uuid] = self._reboots.get(uuid, 0) + 1
+
+    def _set_changed(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()

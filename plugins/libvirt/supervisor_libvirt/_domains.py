@@ -19,6 +19,7 @@ from ._binding import (
     DESTROY_GRACEFUL,
     FLAGS_REJECTED,
     NO_DOMAIN,
+    OPERATION_INVALID,
     SHUTDOWN_ACPI_POWER_BTN,
     SHUTDOWN_DEFAULT,
     SHUTDOWN_GUEST_AGENT,
@@ -27,12 +28,16 @@ from ._binding import (
     failure,
     libvirt_module,
 )
-from ._metadata import KEY, NAMESPACE, ShutdownRequest
+from ._metadata import KEY, NAMESPACE, SAVED_ELEMENT, SAVED_KEY, SAVED_NAMESPACE, ShutdownRequest
 
 __all__ = ["Domain", "Key", "RequestView", "Selection", "list_domains"]
 
 _LIST_ACTIVE = 1  # VIR_CONNECT_LIST_DOMAINS_ACTIVE
 _LIST_INACTIVE = 2
+_LIST_PERSISTENT = 4
+_SAVE_BYPASS_CACHE = 1  # VIR_DOMAIN_SAVE_BYPASS_CACHE
+_START_BYPASS_CACHE = 4  # VIR_DOMAIN_START_BYPASS_CACHE
+_TIME_SYNC = 1  # VIR_DOMAIN_TIME_SYNC
 _METADATA_ELEMENT = 2  # VIR_DOMAIN_METADATA_ELEMENT
 _AFFECT_CURRENT = 0
 _AFFECT_LIVE = 1
@@ -47,6 +52,7 @@ SHUTOFF_CRASHED = 3
 SHUTOFF_MIGRATED = 4
 SHUTOFF_SAVED = 5
 SHUTOFF_FAILED = 6
+SHUTOFF_DAEMON = 8  # killed by libvirtd itself while it reconnected to the domain
 
 Key = tuple[str, int]
 """One boot of a domain: its UUID and its ID, which libvirt assigns anew at
@@ -57,10 +63,13 @@ every start (the same guest started again is another key)."""
 class Domain:
     """A running domain as listed: identity plus what its metadata asks for.
 
-    ``request`` is empty when the live request is only the copy of one in
-    the persistent definition (``request_in_definition``): every start would
-    carry it, so it is reported, never acted on.  ``selected``: whether the
-    plugin's selection (domains, exclude, marker) takes the domain.
+    ``request`` is the live definition's request, whether or not the
+    persistent definition carries the same (a provider writing with ``--live
+    --config``, or a start copying the definition's).  ``definition_only``:
+    the persistent definition carries a request and the live one does not
+    (written with ``--config`` alone): it asks nothing of this boot, so it
+    is reported, never acted on.  ``selected``: whether the plugin's
+    selection (domains, exclude, marker) takes the domain.
     """
 
     name: str
@@ -70,7 +79,7 @@ class Domain:
     request_error: str | None = None
     id: int = 0
     selected: bool = True
-    request_in_definition: bool = False
+    definition_only: bool = False
 
     @property
     def key(self) -> Key:
@@ -121,7 +130,9 @@ def list_domains(selection: Selection | None = None, *, unselected: bool = False
                 if selected or unselected:
                     found.append(_describe(libvirt, dom, name, selected=selected))
             except libvirt.libvirtError as exc:
-                if exc.get_error_code() != NO_DOMAIN:  # vanished while listing: nothing to do
+                # Vanished (transient) or stopped (persistent: its live
+                # definition is gone) while listing: nothing to do.
+                if exc.get_error_code() not in (NO_DOMAIN, OPERATION_INVALID):
                     raise
         return found
 
@@ -130,18 +141,14 @@ def list_domains(selection: Selection | None = None, *, unselected: bool = False
 
 def _describe(libvirt: Any, dom: Any, name: str, *, selected: bool) -> Domain:
     persistent = bool(dom.isPersistent())
-    request, error, in_definition = ShutdownRequest(), None, False
-    xml = _metadata(libvirt, dom, NAMESPACE)
+    request, error = ShutdownRequest(), None
+    xml = _metadata(libvirt, dom, NAMESPACE, _AFFECT_LIVE)
     if xml is not None:
-        # The same element in the persistent definition: the live one is only
-        # its copy, made at start (a request written to an inactive domain).
-        in_definition = persistent and _metadata(libvirt, dom, NAMESPACE, _AFFECT_CONFIG) == xml
         try:
-            parsed = ShutdownRequest.parse(xml)
+            request = ShutdownRequest.parse(xml)
         except ValueError as exc:
             error = str(exc)
-        else:
-            request = ShutdownRequest() if in_definition else parsed
+    definition_only = xml is None and persistent and _metadata(libvirt, dom, NAMESPACE, _AFFECT_CONFIG) is not None
     return Domain(
         name,
         dom.UUIDString(),
@@ -150,7 +157,7 @@ def _describe(libvirt: Any, dom: Any, name: str, *, selected: bool) -> Domain:
         error,
         id=int(dom.ID()),
         selected=selected,
-        request_in_definition=in_definition and error is None,
+        definition_only=definition_only,
     )
 
 
@@ -271,9 +278,82 @@ def destroy(uuid: str, *, graceful: bool) -> Callable[[Any], None]:
     return op
 
 
-def managed_save(uuid: str) -> Callable[[Any], None]:
+def managed_save(uuid: str, *, bypass_cache: bool = False) -> Callable[[Any], None]:
+    """Save the guest's memory, first marking its persistent definition as
+    saved by this plugin (what ``restore`` at the next start-up looks for);
+    the mark is taken back if the save fails."""
+
     def op(conn: Any) -> None:
-        lookup(conn, uuid).managedSave(0)
+        libvirt = libvirt_module()
+        dom = lookup(conn, uuid)
+        dom.setMetadata(_METADATA_ELEMENT, SAVED_ELEMENT, SAVED_KEY, SAVED_NAMESPACE, _AFFECT_CONFIG)
+        try:
+            dom.managedSave(_SAVE_BYPASS_CACHE if bypass_cache else 0)
+        except libvirt.libvirtError:
+            with contextlib.suppress(libvirt.libvirtError):
+                dom.setMetadata(_METADATA_ELEMENT, None, None, SAVED_NAMESPACE, _AFFECT_CONFIG)
+            raise
+
+    return op
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """A shut-off guest whose definition carries this plugin's saved mark."""
+
+    name: str
+    uuid: str
+    has_image: bool  # its managed-save image is still there
+
+
+def saved_by_us(selection: Selection) -> Callable[[Any], list[Saved]]:
+    """The selected shut-off persistent domains this plugin saved."""
+
+    def op(conn: Any) -> list[Saved]:
+        libvirt = libvirt_module()
+        found = []
+        for dom in conn.listAllDomains(_LIST_INACTIVE | _LIST_PERSISTENT):
+            try:
+                name = dom.name()
+                if not selection.matches_name(name):
+                    continue
+                if _metadata(libvirt, dom, SAVED_NAMESPACE, _AFFECT_CONFIG) is None:
+                    continue
+                if selection.marker and _metadata(libvirt, dom, selection.marker, _AFFECT_CONFIG) is None:
+                    continue
+                found.append(Saved(name, dom.UUIDString(), bool(dom.hasManagedSaveImage(0))))
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() != NO_DOMAIN:
+                    raise
+        return found
+
+    return op
+
+
+def restore(uuid: str, *, bypass_cache: bool = False) -> Callable[[Any], None]:
+    """Start the guest, from its managed-save image (libvirt takes the image
+    when there is one)."""
+
+    def op(conn: Any) -> None:
+        lookup(conn, uuid).createWithFlags(_START_BYPASS_CACHE if bypass_cache else 0)
+
+    return op
+
+
+def unmark_saved(uuid: str) -> Callable[[Any], None]:
+    def op(conn: Any) -> None:
+        lookup(conn, uuid).setMetadata(_METADATA_ELEMENT, None, None, SAVED_NAMESPACE, _AFFECT_CONFIG)
+
+    return op
+
+
+def sync_time(uuid: str) -> Callable[[Any], None]:
+    """Set the guest's clock from the host's (through the guest agent): a
+    restored guest's clock stands where it was when it was saved."""
+
+    def op(conn: Any) -> None:
+        # With VIR_DOMAIN_TIME_SYNC libvirt ignores the time given.
+        lookup(conn, uuid).setTime({"seconds": 0, "nseconds": 0}, _TIME_SYNC)
 
     return op
 
@@ -284,7 +364,7 @@ class RequestView:
 
     uuid: str
     active: bool
-    request: ShutdownRequest | None  # the live one; None: none (or only the definition's copy)
+    request: ShutdownRequest | None  # the live one; None: none
     in_definition: bool  # its persistent definition carries a request
 
 
@@ -331,7 +411,7 @@ def get_request(name: str) -> Callable[[Any], RequestView]:
         live = _metadata(libvirt, dom, NAMESPACE, _AFFECT_LIVE) if active else None
         config = _metadata(libvirt, dom, NAMESPACE, _AFFECT_CONFIG) if dom.isPersistent() else None
         request = None
-        if live is not None and live != config:  # equal: only the definition's copy
+        if live is not None:
             with contextlib.suppress(ValueError):  # unreadable: to be replaced
                 request = ShutdownRequest.parse(live)
         return RequestView(dom.UUIDString(), active, request, config is not None)

@@ -2,22 +2,27 @@
 
 The design the libvirt-provider's maintainers agreed on: the reconcile loop
 only marks a domain (``requested-at`` in its metadata) and a separate routine
-enforces the deadline.  Every ``resync_interval`` a pass lists the running
-domains to discover requests; each request found gets a watch of its own,
-which sends the graceful request again at every pass (a press during boot is
-lost) and holds a timer for ``requested-at + grace``, so the destroy comes at
-its due time and not at the next pass.
+enforces the deadline.  A pass lists the running domains to discover
+requests: at once when libvirt reports a metadata change (a request written)
+or the connection comes back (changes made meanwhile sent no event), and
+every ``resync_interval`` as the safety net for lost events.  Each request
+found gets a watch of its own, which sends the graceful request again at
+every periodic pass (a press during boot is lost) and holds a timer for
+``requested-at + grace``, so the destroy comes at its due time and not at
+the next pass; a request written already overdue is destroyed at once.
 
 Work is keyed by the domain's boot -- its UUID and its ID, which libvirt
 assigns anew at every start -- never by a flag: a list that was already on its
 way while a destroy finished shows the destroyed boot once more, and is
 recognised as such; the same guest started again is another boot, with
-nothing to enforce unless a new request is written.
+nothing to enforce unless its live definition carries a request again (a
+new one, or the persistent definition's copy: a provider that writes with
+``--live --config`` keeps it for every start until it removes it).
 
 Only the plugin's selection (``domains``, ``exclude``, ``marker``) is acted
-on.  A request on another guest, an invalid one, or one that sits in a
-persistent definition (so that every start would carry it) is reported once
-per boot and left alone.
+on.  A request on another guest, an invalid one, or one that sits in the
+persistent definition only (it asks nothing of the running boot) is
+reported once per boot and left alone.
 """
 
 from __future__ import annotations
@@ -51,14 +56,16 @@ class _Watch:
 
     domain: Domain
     due: float  # Unix time
+    found: float  # Unix time the enforcer first saw the request
     press: bool = True  # a request is to be sent (first, and at every pass)
     destroying: bool = False
     changed: trio.Event = field(default_factory=trio.Event)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
-    def update(self, domain: Domain, due: float) -> None:
+    def update(self, domain: Domain, due: float, *, press: bool) -> None:
         """A pass found the request again (perhaps with another grace)."""
-        self.domain, self.due, self.press = domain, due, True
+        self.domain, self.due = domain, due
+        self.press = self.press or press
         self.changed.set()
 
 
@@ -77,9 +84,11 @@ class Enforcer:
         self.wall_clock = wall_clock
         self.destroyed: list[str] = []  # names, for tests and the log
         self.lag: list[float] = []  # seconds from due to destroyed, per destroy
+        self.destroy_took: list[float] = []  # seconds libvirt's destroy took, per destroy
         self._watches: dict[Key, _Watch] = {}
         self._done: set[Key] = set()  # boots destroyed or found off
         self._reported: set[tuple[Key, str]] = set()
+        self._press_known = True  # whether this pass re-presses known requests
 
     async def run(self) -> None:
         """Pass after pass until cancelled (the shutdown begins)."""
@@ -92,11 +101,19 @@ class Enforcer:
         )
         async with trio.open_nursery() as nursery:
             while True:
+                # Taken before the pass: a request written during it starts the next.
+                changed = self.hv.changed()
                 await self.resync(nursery)
-                await trio.sleep(interval)
+                with trio.move_on_after(interval) as timer:
+                    await changed.wait()
+                # A pass woken by an event (a request written, to any guest)
+                # only discovers: pressing every known request again at each
+                # write would flood the guests; the periodic pass re-presses.
+                self._press_known = timer.cancelled_caught
 
     async def resync(self, nursery: trio.Nursery) -> None:
-        """One pass: a watch for each new request, a press for each known one."""
+        """One pass: a watch for each new request, a press for each known one
+        (on a periodic pass)."""
         try:
             domains = await self.hv.call(ops.list_domains(self.settings.selection, unselected=True))
         except LibvirtFailure as exc:
@@ -112,10 +129,10 @@ class Enforcer:
             requested.add(domain.key)
             watch = self._watches.get(domain.key)
             if watch is None:
-                watch = self._watches[domain.key] = _Watch(domain, due)
+                watch = self._watches[domain.key] = _Watch(domain, due, self.wall_clock())
                 nursery.start_soon(self._enforce, domain.key, watch)
             else:
-                watch.update(domain, due)
+                watch.update(domain, due, press=self._press_known)
         for key, watch in list(self._watches.items()):
             if key not in requested and not watch.destroying:
                 # Off, gone, or its request was removed: nothing to enforce.
@@ -130,7 +147,7 @@ class Enforcer:
     def _due(self, domain: Domain) -> float | None:
         """When the domain must be gone; None if its request is not for us."""
         if not domain.selected:
-            if domain.request.requested_at is not None or domain.request_error or domain.request_in_definition:
+            if domain.request.requested_at is not None or domain.request_error or domain.definition_only:
                 self._report_once(
                     domain,
                     "unselected",
@@ -141,12 +158,12 @@ class Enforcer:
         if domain.request_error is not None:
             self._report_once(domain, "invalid", f"ignoring invalid shutdown request: {domain.request_error}")
             return None
-        if domain.request_in_definition:
+        if domain.definition_only:
             self._report_once(
                 domain,
                 "definition",
-                "ignoring the shutdown request in its persistent definition (every start would carry it; "
-                "requests belong in the live definition): cancel-shutdown removes it",
+                "ignoring the shutdown request in its persistent definition only (it asks nothing of the "
+                "running guest; write it with --live): cancel-shutdown removes it",
             )
             return None
         return domain.request.due(self.settings.enforcer.grace)
@@ -168,7 +185,7 @@ class Enforcer:
                     await watch.changed.wait()
                 watch.changed = trio.Event()
             watch.destroying = True
-            if await self._destroy(watch.domain, watch.due):
+            if await self._destroy(watch):
                 self._done.add(key)
         if self._watches.get(key) is watch:
             del self._watches[key]
@@ -183,20 +200,22 @@ class Enforcer:
         else:
             self.log.info("enforcer: %s: shutdown requested, %.1fs of its grace left", domain.name, left)
 
-    async def _destroy(self, domain: Domain, due: float) -> bool:
+    async def _destroy(self, watch: _Watch) -> bool:
         """Destroy the boot; whether it is settled (destroyed, or found off)."""
+        domain, due = watch.domain, watch.due
         requested = format_time(domain.request.requested_at or 0.0)
+        began = self.wall_clock()
         self.log.warning(
-            "enforcer: %s: shutdown requested at %s, grace over %.1fs ago; destroying it",
+            "enforcer: %s: shutdown requested at %s, grace over %.2fs ago; destroying it",
             domain.name,
             requested,
-            max(0.0, self.wall_clock() - due),
+            max(0.0, began - due),
         )
         try:
             with trio.move_on_after(_DESTROY_TIMEOUT) as scope:
                 until = trio.current_time() + _GRACEFUL_DESTROY_TIMEOUT
                 graceful_error = await destroy(self.hv, domain.uuid, graceful_until=until)
-                lag = self.wall_clock() - due
+                ended = self.wall_clock()
                 if graceful_error is not None:
                     self.log.warning(
                         "enforcer: %s: graceful destroy failed (%s); destroyed it plainly",
@@ -204,8 +223,20 @@ class Enforcer:
                         graceful_error,
                     )
                 self.destroyed.append(domain.name)
-                self.lag.append(lag)
-                self.log.info("enforcer: %s: destroyed, %.2fs after its due time", domain.name, lag)
+                self.lag.append(ended - due)
+                self.destroy_took.append(ended - began)
+                # Two different delays: when the request became known (a
+                # late discovery is the provider's or the events'), and how
+                # long libvirt took to destroy.
+                found = watch.found - due
+                when = f"{found:.2f}s after its due time" if found > 0 else "before its due time"
+                self.log.info(
+                    "enforcer: %s: destroyed, %.2fs after its due time (request found %s; destroy took %.2fs)",
+                    domain.name,
+                    ended - due,
+                    when,
+                    ended - began,
+                )
                 return True
             if scope.cancelled_caught:
                 self.log.warning("enforcer: %s: destroy did not finish in %.0fs", domain.name, _DESTROY_TIMEOUT)

@@ -25,11 +25,18 @@ from dataclasses import dataclass
 
 from supervisor import format_duration, parse_duration
 
-__all__ = ["KEY", "NAMESPACE", "ShutdownRequest"]
+__all__ = ["KEY", "NAMESPACE", "SAVED_ELEMENT", "SAVED_KEY", "SAVED_NAMESPACE", "ShutdownRequest"]
 
 NAMESPACE = "urn:pid1-supervisor:libvirt:1"
 KEY = "supervisor"
 ELEMENT = "shutdown"
+# The mark of a guest this plugin saved (``mode: managedsave``), in its
+# persistent definition: the guests to restore at the next start-up, and
+# only those.  A namespace of its own, because libvirt keeps one element
+# per namespace and the shutdown request has the other.
+SAVED_NAMESPACE = "urn:pid1-supervisor:libvirt:saved:1"
+SAVED_KEY = "supervisor-saved"
+SAVED_ELEMENT = "<saved/>"
 
 
 @dataclass(frozen=True, slots=True)

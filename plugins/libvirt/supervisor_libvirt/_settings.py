@@ -28,6 +28,9 @@ _KEYS = (
     "poll_interval",
     "max_parallel",
     "enforcer",
+    "restore",
+    "bypass_cache",
+    "sync_time",
 )
 _ENFORCER_KEYS = ("enabled", "resync_interval", "grace")
 
@@ -55,6 +58,9 @@ class LibvirtSettings:
     max_parallel: int = 0  # 0: every domain at once
     hook_timeout: float | None = None  # the host's per-hook limit, which also bounds us
     enforcer: EnforcerSettings = field(default_factory=EnforcerSettings)
+    restore: bool = True  # start again, at start-up, the guests this plugin saved
+    bypass_cache: bool = False  # save and restore without the host's page cache
+    sync_time: bool = False  # set a restored guest's clock (through its guest agent)
 
     def plan(self) -> dict[str, str]:
         """Where ``supervisor check`` shows this plugin: the guests' shutdown
@@ -98,6 +104,9 @@ def parse(settings: Settings, config: Config) -> LibvirtSettings:
         max_parallel=settings.integer("max_parallel", 0, minimum=0),
         hook_timeout=settings.duration("hook_timeout"),
         enforcer=_enforcer(settings),
+        restore=settings.boolean("restore", True),
+        bypass_cache=settings.boolean("bypass_cache", False),
+        sync_time=settings.boolean("sync_time", False),
     )
 
 

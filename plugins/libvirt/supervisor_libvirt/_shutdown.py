@@ -8,6 +8,13 @@ domain's graceful window ends -- ``shutdown_timeout``, its own requested-at +
 grace, or the deadline less the time kept to destroy -- destroy it, gracefully
 (SIGTERM to QEMU) first and plainly if that fails.  ``mode: managedsave``
 saves the guest's memory instead and falls back to the above if saving fails.
+
+A destroy that fails (libvirtd restarting) is tried again until the hook's
+end.  When the hook is cut before every guest is off -- the deadline, its
+hook_timeout, a second SIGTERM (which means "hurry", not "abandon") -- the
+guests still running get a last plain destroy, all at once, in a shielded
+window that ends well before the wall (``last_chance_end``), so that the
+supervisor still escalates and logs its timeline itself.
 """
 
 from __future__ import annotations
@@ -25,13 +32,13 @@ import trio
 from supervisor import Deadline, Step, Timeline, format_duration
 
 from . import _domains as ops
-from ._actions import FINAL, destroy
+from ._actions import FINAL, destroy, notifying
 from ._binding import NO_DOMAIN, OPERATION_INVALID, LibvirtFailure
 from ._connection import Hypervisor
 from ._domains import Domain
 from ._settings import LibvirtSettings
 
-__all__ = ["Batch", "DomainShutdown", "Report", "Result", "shut_down_all"]
+__all__ = ["Batch", "DomainShutdown", "Report", "Result", "hook_end", "shut_down_all"]
 
 # Outcomes recorded in the timeline, one per domain; libvirt's shutoff reason
 # tells them apart.  "shut down": the guest powered itself off; "destroyed":
@@ -48,6 +55,8 @@ CRASHED = "crashed"
 FAILED = "failed"
 DESTROYING = "destroying"
 CANCELLED = "cancelled"
+# The stage of a guest whose last destroy is on its way.
+LAST_DESTROY = "destroying (the last destroy)"
 
 _OTHER_ENDS = {
     ops.SHUTOFF_DESTROYED: (GONE, "destroyed by someone else"),
@@ -55,6 +64,7 @@ _OTHER_ENDS = {
     ops.SHUTOFF_FAILED: (CRASHED, "failed"),
     ops.SHUTOFF_SAVED: (GONE, "saved by someone else"),
     ops.SHUTOFF_MIGRATED: (GONE, "migrated away"),
+    ops.SHUTOFF_DAEMON: (GONE, "killed by libvirtd as it reconnected"),
 }
 # How long to wait for the STOPPED event of a domain that vanished (a
 # transient one once off) to learn why: events may trail the state call.
@@ -68,6 +78,19 @@ _REPORT_IN_FLIGHT = 1.0
 # graceful shutdown keeps most of a short budget, and a long budget keeps
 # the whole destroy_reserve.
 _DESTROY_SHARE = 0.25
+# Once the hook is cut, of the time left until the wall, the share the last
+# destroys may use, and its cap.  At the usual cut (the deadline's reserve
+# plus its margin before the wall) 60 % ends before the orchestrator's own
+# escalation; after a second SIGTERM it is 0.6 s of the 1 s slice, and the
+# 0.4 s left is what the orchestrator needs to kill, reap and log.  QEMU gets
+# its signal as soon as libvirtd has the call; libvirt's answer comes once
+# QEMU has exited and it has cleaned up (over a second on a loaded machine),
+# and a call still on its way at the window's end is left to libvirtd.
+_LAST_CHANCE_SHARE = 0.6
+_LAST_CHANCE_MAX = 2.0
+# Between last destroys while libvirtd does not answer (the connection
+# itself retries at most once per its retry_interval).
+_LAST_RETRY = 0.1
 
 
 @dataclass
@@ -89,14 +112,24 @@ class Report:
     phase: str
     plugin: str
     log: logging.Logger
+    failures: list[str] = field(default_factory=list)
 
     def step(self, name: str) -> AbstractContextManager[Step]:
         return self.timeline.step(self.phase, name, plugin=self.plugin)
 
     def failure(self, detail: str) -> None:
         """A failed step for the shutdown as a whole (the domains could not be listed)."""
+        self.failures.append(detail)
         with self.step("domains") as step:
             step.outcome, step.detail = FAILED, detail
+
+    def problem(self, results: dict[str, Result]) -> str | None:
+        """What went wrong, for the hook's own step: its outcome must not
+        say ``ok`` above domain steps that say ``failed``."""
+        left = sorted(name for name, result in results.items() if result.outcome == FAILED)
+        if left:
+            self.failures.append(f"{len(left)} guest(s) still running: {', '.join(left)}")
+        return "; ".join(self.failures) or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,20 +190,58 @@ async def shut_down_all(
             for job in jobs:
                 nursery.start_soon(_one, job, slots, report, results)
     finally:
+        left = [job for job in jobs if results.get(job.domain.name, Result(FAILED)).outcome == FAILED]
+        if left:  # the hook was cut, or destroys failed until its end
+            with trio.CancelScope(shield=True), trio.move_on_at(last_chance_end(deadline)):
+                await _last_chance(left, results, log)
+            for job in left:
+                job.unconfirmed(results)
         report_left_running(jobs, results, log)
     return results
 
 
+def last_chance_end(deadline: Deadline) -> float:
+    """Until when the guests still running when the hook is cut may be
+    destroyed: a share of the time left before the wall (see
+    ``_LAST_CHANCE_SHARE``)."""
+    now = trio.current_time()
+    return now + min(_LAST_CHANCE_MAX, _LAST_CHANCE_SHARE * max(0.0, deadline.wall - now))
+
+
+def hook_end(deadline: Deadline, settings: LibvirtSettings) -> Callable[[], float]:
+    """The latest moment the hook may still wait for something (the
+    connection's close): its end as the host sees it."""
+    return _hooks_end(deadline, settings, trio.current_time())
+
+
+async def _last_chance(jobs: list[DomainShutdown], results: dict[str, Result], log: logging.Logger) -> None:
+    """Destroy, plainly and all at once, the guests still running as the hook
+    is cut; the caller bounds it."""
+    log.warning(
+        "the shutdown ends with %d guest(s) not yet off (%s): destroying them now",
+        len(jobs),
+        ", ".join(job.domain.name for job in jobs),
+    )
+    # A plain destroy already on its way needs no second one, and waiting
+    # for its answer would only take time from the processes' stop.
+    async with trio.open_nursery() as nursery:
+        for job in jobs:
+            if not job.plain_destroy_in_flight():
+                nursery.start_soon(job.last_destroy, results)
+
+
 def report_left_running(jobs: list[DomainShutdown], results: dict[str, Result], log: logging.Logger) -> None:
     """One line naming every guest still running as the shutdown ends (its
-    hook cut, a destroy failed), with its last known state."""
-    left = [job for job in jobs if results.get(job.domain.name, Result(FAILED)).outcome == FAILED]
-    if left:
-        log.error(
-            "%d guest(s) still running as the shutdown ends: %s",
-            len(left),
-            "; ".join(f"{job.domain.name} ({job.where()})" for job in left),
-        )
+    hook cut, a destroy failed), with its last known state; another for the
+    guests whose destroy was sent but not yet confirmed."""
+    for outcome, level, what in (
+        (FAILED, logging.ERROR, "still running"),
+        (DESTROYING, logging.WARNING, "being destroyed (sent, not yet confirmed)"),
+    ):
+        left = [job for job in jobs if results.get(job.domain.name, Result(FAILED)).outcome == outcome]
+        if left:
+            names = "; ".join(f"{job.domain.name} ({job.where()})" for job in left)
+            log.log(level, "%d guest(s) %s as the shutdown ends: %s", len(left), what, names)
 
 
 async def _list(
@@ -194,6 +265,7 @@ async def _list(
 async def _one(job: DomainShutdown, slots: trio.Semaphore, report: Report, results: dict[str, Result]) -> None:
     async with slots:
         with report.step(f"domain {job.domain.name}") as step:
+            job.step = step
             result: Result | None = None
             try:
                 result = await job.run()
@@ -231,7 +303,12 @@ class DomainShutdown:
         # What the "still running" report and a cut timeline step say.
         self.stage = "waiting for its turn"
         self.last_state = "running"
-        self._cut: tuple[float, Step] | None = None
+        # When and why the normal path ended with the guest not yet off (the
+        # hook cut, its destroys failed): what a later destroy is measured from.
+        self._ended: tuple[float, str] | None = None
+        self._destroyed_late = False
+        self._graceful_until = math.inf  # when its destroy turns plain, once it began
+        self.step: Step | None = None  # its timeline step, once its turn came
 
     def graceful_end(self) -> float:
         """When to stop waiting and destroy: the domain's own limit, or the
@@ -266,7 +343,7 @@ class DomainShutdown:
 
     def cut(self, step: Step) -> None:
         """The hook ended before this domain did: say so in its step."""
-        self._cut = (trio.current_time(), step)
+        self._ended = (trio.current_time(), "the hook was cut")
         if self.stage == "destroying":
             step.outcome = DESTROYING
             step.detail = f"destroy in progress when the hook was cut, after {self._summary()}"
@@ -275,15 +352,69 @@ class DomainShutdown:
             step.detail = f"{self.where()} when the hook was cut, after {self._summary()}"
 
     def _destroy_completed(self) -> None:
-        """A destroy call returned (in trio's thread, also after a cut)."""
-        if self._cut is None:
-            return  # not cut: _destroy reports it
-        cut_at, step = self._cut
-        late = trio.current_time() - cut_at
-        step.outcome = DESTROYED
-        step.detail = f"completed {format_duration(late)} after the hook was cut; {step.detail}"
-        step.duration += late
-        self.log.warning("%s: destroyed %s after the hook was cut", self.domain.name, format_duration(late))
+        """A destroy call returned (in trio's thread, also after a cut, after
+        the step was written, after the hook returned)."""
+        if self._ended is None or self._destroyed_late:
+            return  # neither cut nor failed: _destroy reports it; or reported already
+        self._destroyed_late = True
+        self.last_state = "shut off"
+        ended_at, why = self._ended
+        late = trio.current_time() - ended_at
+        if self.step is not None:
+            self.step.outcome = DESTROYED
+            self.step.detail = f"completed {format_duration(late)} after {why}; {self.step.detail}"
+            self.step.duration += late
+        self.log.warning("%s: destroyed %s after %s", self.domain.name, format_duration(late), why)
+
+    async def last_destroy(self, results: dict[str, Result]) -> None:
+        """This guest was not off as the hook ended (cut, or its destroys
+        failed until then): destroy it plainly, retrying while libvirtd is
+        unreachable; the caller bounds the time.  QEMU gets its signal as
+        libvirtd receives the call, so a call still on its way when the
+        time is up is left to finish (``unconfirmed``)."""
+        name = self.domain.name
+        in_flight = self.stage == "destroying"
+        if self._ended is None:
+            self._ended = (trio.current_time(), "its destroys failed until the hook's end")
+        op = notifying(self.hv, ops.destroy(self.domain.uuid, graceful=False), self._destroy_completed)
+        while True:
+            self.stage = LAST_DESTROY
+            try:
+                await self.hv.call(op)
+            except LibvirtFailure as exc:
+                if exc.code in FINAL and (in_flight or self._destroyed_late):
+                    # The destroy in flight at the cut did it; its step is
+                    # amended once that call returns.
+                    self.last_state = "shut off"
+                    results[name] = Result(DESTROYED, f"by the destroy in flight at the cut; {self._summary()}")
+                    return
+                if exc.code in FINAL:  # off or gone meanwhile, some other way
+                    self.last_state = "shut off"
+                    results[name] = Result(GONE, f"off when destroyed after the cut: {exc.message}")
+                    return
+                self.stage = f"last destroy failed: {exc}"
+                await trio.sleep(_LAST_RETRY)
+                continue
+            results[name] = Result(DESTROYED, f"by the last destroy; {self._summary()}")
+            return
+
+    def plain_destroy_in_flight(self) -> bool:
+        """Whether a plain destroy (SIGKILL after libvirt's own wait) is on
+        its way; a graceful one never escalates, so it does not count."""
+        return self.stage == "destroying" and trio.current_time() >= self._graceful_until
+
+    def unconfirmed(self, results: dict[str, Result]) -> None:
+        """The last destroy's time is up: a call still on its way is in
+        libvirtd's hands (the step becomes "destroyed" if it returns before
+        the timeline is written)."""
+        name = self.domain.name
+        in_flight = self.stage == LAST_DESTROY or self.plain_destroy_in_flight()
+        if not in_flight or results.get(name, Result(FAILED)).outcome != FAILED:
+            return
+        result = Result(DESTROYING, f"destroy sent as the shutdown ended, not yet confirmed; {self._summary()}")
+        results[name] = result
+        if self.step is not None:
+            self.step.outcome, self.step.detail = result.outcome, result.detail
 
     # ------------------------------------------------------------------
 
@@ -295,7 +426,7 @@ class DomainShutdown:
         self.stage = "saving"
         with trio.move_on_at(self.graceful_end()):
             try:
-                await self.hv.call(ops.managed_save(self.domain.uuid))
+                await self.hv.call(ops.managed_save(self.domain.uuid, bypass_cache=self.settings.bypass_cache))
             except LibvirtFailure as exc:
                 if exc.code == NO_DOMAIN:
                     raise _Gone from None
@@ -348,6 +479,15 @@ class DomainShutdown:
             self.presses += 1
             if self.presses == 1:
                 self.log.info("%s: shutdown requested (%s)", name, ops.describe_flags(flags))
+            elif reboots := self.hv.rebooted(self.domain.uuid):
+                # Not the same as ignoring the button: the guest's ACPI
+                # handler (or its on_poweroff) reboots instead of powering off.
+                self.log.warning(
+                    "%s: rebooted instead of powering off (%d time(s)); shutdown request %d",
+                    name,
+                    reboots,
+                    self.presses,
+                )
             else:
                 self.log.info("%s: still running; shutdown request %d", name, self.presses)
             with trio.move_on_after(self.settings.resend_interval):
@@ -401,31 +541,58 @@ class DomainShutdown:
     async def _destroy(self) -> Result:
         name = self.domain.name
         self.stage = "destroying"
+        reboots = self.hv.rebooted(self.domain.uuid)
         self.log.warning(
-            "%s: still running after %s and %d shutdown request(s); destroying it",
+            "%s: still running after %s and %d shutdown request(s)%s; destroying it",
             name,
             self._elapsed(),
             self.presses,
+            f", having rebooted {reboots} time(s)" if reboots else "",
         )
         # Half of what is left for the graceful destroy (QEMU gets SIGTERM
         # and flushes its disks), the other half kept for the plain one
         # (SIGKILL) if that does not finish: a guest that is destroyed late
         # is better than one left running.
-        now = trio.current_time()
-        graceful_until = now + max(0.0, self._batch.hooks_end() - now) / 2
-        try:
-            graceful_error = await destroy(
-                self.hv, self.domain.uuid, graceful_until=graceful_until, on_done=self._destroy_completed
-            )
-        except LibvirtFailure as exc:
-            return await self._destroy_failed(exc)
+        attempts = 0
+        while True:
+            attempts += 1
+            self.stage = "destroying"
+            now = trio.current_time()
+            graceful_until = now + max(0.0, self._batch.hooks_end() - now) / 2
+            self._graceful_until = graceful_until
+            try:
+                graceful_error = await destroy(
+                    self.hv, self.domain.uuid, graceful_until=graceful_until, on_done=self._destroy_completed
+                )
+            except LibvirtFailure as exc:
+                settled = await self._destroy_failed(exc, attempts)
+                if settled is not None:
+                    return settled
+                # libvirtd may be back in a moment (a restart): again until
+                # the hook's end, then in the last chance (see shut_down_all).
+                retry_at = trio.current_time() + self.hv.retry_interval
+                if retry_at >= self._batch.hooks_end():
+                    return Result(FAILED, f"destroy failed {attempts} time(s): {exc}")
+                await trio.sleep_until(retry_at)
+                continue
+            break
         self.last_state = "shut off"
+        again = f" (attempt {attempts})" if attempts > 1 else ""
         if graceful_error is None:
+            self.log.warning("%s: destroyed%s after %s", name, again, self._summary())
             return Result(DESTROYED, f"after {self._summary()}")
-        self.log.warning("%s: graceful destroy failed (%s); destroyed it plainly", name, graceful_error)
+        self.log.warning(
+            "%s: graceful destroy failed (%s); destroyed it plainly%s after %s",
+            name,
+            graceful_error,
+            again,
+            self._summary(),
+        )
         return Result(DESTROYED, f"after {self._summary()}; graceful destroy failed: {graceful_error}")
 
-    async def _destroy_failed(self, exc: LibvirtFailure) -> Result:
+    async def _destroy_failed(self, exc: LibvirtFailure, attempts: int) -> Result | None:
+        """The outcome if the failed destroy settles it (the guest is off or
+        gone); None if it is still running and the destroy is to be retried."""
         if exc.code == NO_DOMAIN:
             return await self._vanished()
         if exc.code == OPERATION_INVALID:
@@ -438,9 +605,10 @@ class DomainShutdown:
             else:
                 if ops.is_off(state):
                     return self._off(state[1])
-        self.stage = f"destroy failed: {exc}"
-        self.log.error("%s: destroy failed: %s", self.domain.name, exc)
-        return Result(FAILED, f"destroy failed: {exc}")
+        self.stage = f"destroy failed: {exc}; retrying"
+        if attempts == 1:
+            self.log.error("%s: destroy failed: %s; trying again until the shutdown ends", self.domain.name, exc)
+        return None
 
     def _elapsed(self) -> str:
         return format_duration(trio.current_time() - self.started)

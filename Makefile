@@ -28,7 +28,7 @@ APT_TEST := psmisc iproute2 curl \
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 DEMO_PLUGINS := plugins/sleep plugins/exec plugins/http
 
-.PHONY: all setup dev test test-loaded lint typecheck demo image bench clean kube-bin cluster dist
+.PHONY: all setup dev test test-loaded lint typecheck demo image bench clean kube-bin cluster node dist
 
 all: test
 
@@ -99,13 +99,18 @@ kube-bin:
 cluster: $(DEV_STAMP) kube-bin
 	$(PY) -m tests.cluster
 
+# The whole cluster with a real kubelet and containerd in a network namespace
+# of its own (tests/realnode), until Ctrl-C; prints the KUBECONFIG.
+node: $(DEV_STAMP) kube-bin
+	$(PY) -m tests.realnode
+
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check supervisor plugins tests examples benchmarks tools
 	$(VENV)/bin/ruff format --check supervisor plugins tests examples benchmarks tools
 	$(VENV)/bin/mypy --strict supervisor tools/dist.py
 	$(VENV)/bin/mypy --strict plugins/sleep/supervisor_sleep.py plugins/exec/supervisor_exec plugins/http/supervisor_http \
 		plugins/kubernetes/supervisor_kubernetes plugins/libvirt/supervisor_libvirt
-	$(VENV)/bin/mypy --strict --follow-imports=silent -p tests.node -p tests.cluster -m benchmarks.scenarios.rollout
+	$(VENV)/bin/mypy --strict --follow-imports=silent -p tests.node -p tests.cluster -p tests.realnode -m benchmarks.scenarios.rollout
 
 typecheck: lint
 

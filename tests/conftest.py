@@ -109,6 +109,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     burners.clear()
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Make ``--dist loadgroup`` group again.
+
+    pytest-xdist 3.8 marks a test of an ``xdist_group`` by appending
+    ``@GROUP`` to ``item._nodeid``, but pytest 9 keeps a node's id in
+    ``item._id``: the suffix never reaches the scheduler, and a group's tests
+    are spread over the workers (measured: a six-test group ran on both).
+    This runs after xdist's hook and carries the suffix over; it does nothing
+    when the two agree (older pytest, or a fixed xdist).
+    """
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        grouped = getattr(item, "_nodeid", None)
+        if isinstance(grouped, str) and hasattr(item, "_id") and grouped != item.nodeid:
+            item._id = coerce_node_id(grouped)
+
+
 @pytest.fixture(autouse=True)
 def _own_control_socket(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     directory = tempfile.mkdtemp(prefix="sup-ctl-")

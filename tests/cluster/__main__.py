@@ -8,13 +8,12 @@ kubectl built from the same module is next to the other binaries.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 from ._controlplane import ControlPlane, ControlPlaneError
+from ._interactive import interrupted, wait_until_set
 from .kubelet import Kubelet
 
 
@@ -23,9 +22,7 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, help="work directory (default: a new temporary one)")
     args = parser.parse_args()
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="pid1-cluster-"))
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = interrupted()
     try:
         plane = ControlPlane(workdir).start()
     except ControlPlaneError as exc:
@@ -37,11 +34,7 @@ def main() -> int:
         print(f"export KUBECONFIG={plane.admin_kubeconfig}")
         print(f"export PATH={plane.bin_dir}:$PATH   # kubectl {plane.bin_dir / 'kubectl'}")
         print(f"# logs in {workdir}; Ctrl-C stops the cluster", flush=True)
-        # Python runs a signal handler only when the main thread executes
-        # bytecode; a main thread asleep in a plain wait() with other threads
-        # about can miss it, so it wakes twice a second to look.
-        while not stop.wait(0.5):
-            pass
+        wait_until_set(stop)
     finally:
         plane.stop()
     return 0

@@ -31,7 +31,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from supervisor._procstat import read_stat
 
@@ -125,14 +125,15 @@ class ControlPlane:
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.pki = PKI(self.workdir / "pki")
-        self.port = 0
+        self.pki = PKI(self.workdir / "pki", self.serving_names())
+        self.port = 0  # where the test process reaches kube-apiserver
+        self.api_port = 0  # where kube-apiserver listens
         self.admin = self.pki.client("pid1-test-admin", "system:masters")
         self.admin_kubeconfig = self.workdir / "admin.kubeconfig"
 
     # -- lifecycle -----------------------------------------------------------
 
-    def start(self, timeout: float = 120) -> ControlPlane:
+    def start(self, timeout: float = 120) -> Self:
         deadline = time.monotonic() + timeout
         try:
             etcd = self._start_etcd()
@@ -158,7 +159,7 @@ class ControlPlane:
                 process.popen.wait()
         self.processes.clear()
 
-    def __enter__(self) -> ControlPlane:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -185,19 +186,54 @@ class ControlPlane:
 
     @property
     def server(self) -> str:
+        """kube-apiserver's URL for the test process."""
         return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def internal_server(self) -> str:
+        """kube-apiserver's URL for the cluster's own components."""
+        return f"https://127.0.0.1:{self.api_port}"
 
     # -- components -------------------------------------------------------------
 
-    def _spawn(self, name: str, args: Sequence[str]) -> _Process:
+    # -- what a cluster elsewhere than on the host's loopback changes ------------
+
+    def serving_names(self) -> tuple[str, ...]:
+        """The extra names and addresses kube-apiserver's certificate holds."""
+        return ()
+
+    def command_prefix(self) -> tuple[str, ...]:
+        """Put before every component's command."""
+        return DIE_WITH_PARENT
+
+    def free_port(self) -> int:
+        return free_port()
+
+    def expose_api(self) -> int:
+        """The port the test process reaches kube-apiserver at (``api_port``)."""
+        return self.api_port
+
+    def apiserver_args(self) -> list[str]:
+        # No reconciler for the `kubernetes` Service's endpoints: they would
+        # name this host's address, and nothing here needs them.
+        return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
+
+    def controllers(self) -> tuple[str, ...]:
+        return CONTROLLERS
+
+    # -- components -------------------------------------------------------------
+
+    def spawn(self, name: str, args: Sequence[str], *, env: dict[str, str] | None = None) -> _Process:
+        """Start the built binary ``name`` with ``args``; ``stop()`` ends it."""
         log = self.workdir / f"{name}.log"
         with log.open("ab") as out:
             popen = subprocess.Popen(
-                [*DIE_WITH_PARENT, str(self.bin_dir / name), *args],
+                [*self.command_prefix(), str(self.bin_dir / name), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
+                env=env,
                 start_new_session=True,  # a Ctrl-C in the terminal reaches pytest only
             )
         process = _Process(name, popen, log)
@@ -205,8 +241,8 @@ class ControlPlane:
         return process
 
     def _start_etcd(self) -> str:
-        client, peer = free_port(), free_port()
-        self._spawn(
+        client, peer = self.free_port(), self.free_port()
+        self.spawn(
             "etcd",
             [
                 "--name=pid1-test",
@@ -226,14 +262,13 @@ class ControlPlane:
 
     def _start_apiserver(self, etcd: str) -> None:
         pki = self.pki
-        self.port = free_port()
-        self._spawn(
+        self.api_port = self.free_port()
+        self.spawn(
             "kube-apiserver",
             [
                 f"--etcd-servers={etcd}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={self.port}",
+                *self.apiserver_args(),
+                f"--secure-port={self.api_port}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",
@@ -243,28 +278,26 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki.sa_key}",
                 f"--service-cluster-ip-range={SERVICE_CIDRS}",
                 "--authorization-mode=Node,RBAC",
-                # No reconciler for the `kubernetes` Service's endpoints: they
-                # would name this host's address, and nothing here needs them.
-                "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
             ],
         )
+        self.port = self.expose_api()
 
     def _start_controller_manager(self) -> None:
         kcm = self.pki.client("system:kube-controller-manager")
-        kubeconfig = self.write_kubeconfig(self.workdir / "kcm.kubeconfig", kcm)
-        self._spawn(
+        kubeconfig = self.write_kubeconfig(self.workdir / "kcm.kubeconfig", kcm, server=self.internal_server)
+        self.spawn(
             "kube-controller-manager",
             [
                 f"--kubeconfig={kubeconfig}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
+                f"--secure-port={self.free_port()}",
                 f"--cert-dir={self.workdir / 'kcm-certs'}",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(self.controllers())}",
                 f"--service-account-private-key-file={self.pki.sa_key}",
                 f"--root-ca-file={self.pki.ca}",
                 "--use-service-account-credentials=true",

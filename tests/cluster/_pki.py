@@ -40,12 +40,12 @@ class ClientCert:
 class PKI:
     """Writes the files into ``directory`` (created) at construction."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, extra_names: tuple[str, ...] = ()) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self._ca = trustme.CA(organization_name="pid1-supervisor tests")
         self.ca = self._write("ca.crt", self._ca.cert_pem.bytes())
-        serving = self._ca.issue_cert(*SERVING_NAMES, common_name="kube-apiserver")
+        serving = self._ca.issue_cert(*SERVING_NAMES, *extra_names, common_name="kube-apiserver")
         self.serving_cert = self._write("apiserver.crt", b"".join(c.bytes() for c in serving.cert_chain_pems))
         self.serving_key = self._write("apiserver.key", serving.private_key_pem.bytes())
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)

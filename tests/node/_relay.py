@@ -7,6 +7,10 @@ listening socket is made inside the target namespace (by a thread that joined
 it), and every accepted connection is joined to a new connection from the
 host's namespace.  TLS passes through unchanged: the client verifies the API
 server's own certificate, which names 127.0.0.1.
+
+The other way round (``target_netns``): a cluster that lives entirely in a
+network namespace is reached from the test process through a listener on the
+host's loopback whose connections are made inside that namespace.
 """
 
 from __future__ import annotations
@@ -24,23 +28,24 @@ __all__ = ["Relay"]
 @dataclass
 class Relay:
     target: tuple[str, int]
+    target_netns: str | None = None  # connect to the target from inside this namespace
     _listeners: dict[str, socket.socket] = field(default_factory=dict)
     _connections: set[socket.socket] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closed: bool = False
 
-    def listen(self, netns: str, port: int | None = None) -> int:
-        """Listen on 127.0.0.1 inside ``netns`` (on the target's port unless
-        given); returns the port."""
+    def listen(self, netns: str | None, port: int | None = None) -> int:
+        """Listen on 127.0.0.1 inside ``netns`` (the host's when None; on the
+        target's port unless given); returns the port."""
         wanted = self.target[1] if port is None else port
 
         def bind() -> socket.socket:
             listener = socket.create_server(("127.0.0.1", wanted), backlog=64)
             return listener
 
-        listener = in_netns(netns, bind)
+        listener = bind() if netns is None else in_netns(netns, bind)
         with self._lock:
-            self._listeners[netns] = listener
+            self._listeners[netns or ""] = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True, name=f"relay-{netns}").start()
         return int(listener.getsockname()[1])
 
@@ -63,8 +68,11 @@ class Relay:
             threading.Thread(target=self._join, args=(client,), daemon=True).start()
 
     def _join(self, client: socket.socket) -> None:
+        def connect() -> socket.socket:
+            return socket.create_connection(self.target, timeout=5)
+
         try:
-            upstream = socket.create_connection(self.target, timeout=5)
+            upstream = connect() if self.target_netns is None else in_netns(self.target_netns, connect)
         except OSError:
             client.close()
             return

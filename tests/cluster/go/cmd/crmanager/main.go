@@ -37,6 +37,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -122,7 +123,16 @@ func main() {
 	renewDeadline := flag.Duration("renew-deadline", 10*time.Second, "RenewDeadline (controller-runtime's default)")
 	retryPeriod := flag.Duration("retry-period", 2*time.Second, "RetryPeriod (controller-runtime's default)")
 	reportPath := flag.String("report", "", "also append the JSON lines to this file")
+	// The flags a kubebuilder-made controller has, so that the manifests in
+	// examples/kubernetes run this manager as they are.
+	leaderElect := flag.Bool("leader-elect", true, "take part in leader election")
+	electionID := flag.String("leader-election-id", "", "name of the leader Lease (same as --lease)")
+	probeAddr := flag.String("health-probe-bind-address", "0", "address of /healthz and /readyz (\"0\": none)")
+	metricsAddr := flag.String("metrics-bind-address", "0", "address of /metrics (\"0\": none)")
 	flag.Parse()
+	if *electionID != "" {
+		*leaseName = *electionID
+	}
 	if *reportPath != "" {
 		var err error
 		report, err = os.OpenFile(*reportPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -149,7 +159,7 @@ func main() {
 		fail(err)
 	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
-		LeaderElection:                      true,
+		LeaderElection:                      *leaderElect,
 		LeaderElectionID:                    *leaseName,
 		LeaderElectionNamespace:             *namespace,
 		LeaderElectionResourceLockInterface: lock,
@@ -158,10 +168,16 @@ func main() {
 		RenewDeadline:                       renewDeadline,
 		RetryPeriod:                         retryPeriod,
 		Cache:                               cache.Options{DefaultNamespaces: map[string]cache.Config{*namespace: {}}},
-		Metrics:                             metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:              "0",
+		Metrics:                             metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress:              *probeAddr,
 	})
 	if err != nil {
+		fail(err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		fail(err)
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		fail(err)
 	}
 	err = ctrl.NewControllerManagedBy(mgr).

@@ -1,0 +1,1 @@
+from tests.realnode.fixtures import real_node  # noqa: F401

@@ -89,17 +89,31 @@ def _usable_directory(path: str, uid: int) -> bool:
     return os.access(path, os.W_OK | os.X_OK) and os.stat(path).st_uid in (uid, 0)
 
 
-def client_candidates(uid: int | None = None) -> list[str]:
+def client_candidates(uid: int | None = None, pid1_uid: int | None = None) -> list[str]:
     """Where the CLI looks, in order, when neither ``--socket`` nor
     ``$SUPERVISOR_SOCKET`` says: the places ``default_socket`` picks from.
-    Never another user's directory: a socket there is whatever that user
-    chose to serve (a non-root supervisor's socket is reached with
-    ``--socket``)."""
+    Never the directory of a user who is neither the CLI's nor PID 1's: a
+    socket there is whatever that user chose to serve.  Root also looks in
+    the private directory of the user PID 1 runs as (a container whose
+    supervisor runs as a non-root user: ``kubectl exec --user 0``)."""
     env = os.environ.get(SOCKET_ENV)
     if env:
         return [env]
     uid = os.getuid() if uid is None else uid
-    return [os.path.join(RUN_DIR, SOCKET_NAME), os.path.join(_tmp_dir(uid), SOCKET_NAME)]
+    places = [os.path.join(RUN_DIR, SOCKET_NAME), os.path.join(_tmp_dir(uid), SOCKET_NAME)]
+    pid1 = pid1_owner() if pid1_uid is None else pid1_uid
+    if uid == 0 and pid1 not in (None, 0):
+        places.append(os.path.join(_tmp_dir(pid1), SOCKET_NAME))
+    return places
+
+
+def pid1_owner() -> int | None:
+    """The uid PID 1 of this PID namespace runs as (the owner of its /proc
+    directory), or None if it cannot be told."""
+    try:
+        return os.stat("/proc/1").st_uid
+    except OSError:
+        return None
 
 
 def prepare_directory(path: str) -> None:
@@ -163,17 +177,22 @@ def peer_uid(sock: _Socket) -> int | None:
     return int(uid)
 
 
-def server_trusted(server_uid: int, path: str, *, explicit: bool, own_uid: int | None = None) -> bool:
+def server_trusted(
+    server_uid: int, path: str, *, explicit: bool, own_uid: int | None = None, pid1_uid: int | None = None
+) -> bool:
     """Whether a client of ``own_uid`` may believe the server of ``server_uid``
-    at ``path``: root or itself; and, for a path the user named
-    (``--socket``, ``$SUPERVISOR_SOCKET``), the owner of the socket's
-    directory when nobody else may write to that directory (so that only
-    that user can have put the socket there)."""
+    at ``path``: root or itself; and, in a directory only the server's uid
+    may write to and that it owns, the server's uid when the user named the
+    path (``--socket``, ``$SUPERVISOR_SOCKET``) or, for root, when it is the
+    user PID 1 runs as — a process of that uid can signal and trace PID 1
+    already, so believing it gives it nothing new."""
     own = os.getuid() if own_uid is None else own_uid
     if server_uid in (0, own):
         return True
     if not explicit:
-        return False
+        pid1 = pid1_owner() if pid1_uid is None else pid1_uid
+        if own != 0 or server_uid != pid1 or path != os.path.join(_tmp_dir(server_uid), SOCKET_NAME):
+            return False
     try:
         info = os.lstat(os.path.dirname(path) or ".")
     except OSError:

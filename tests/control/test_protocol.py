@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -82,6 +83,29 @@ def test_whom_a_client_trusts(tmp_path: Path) -> None:
     assert not protocol.server_trusted(1000, path, explicit=True, own_uid=0)
     theirs.chmod(0o777)
     assert not protocol.server_trusted(65532, path, explicit=True, own_uid=0)
+
+
+def test_root_believes_the_user_pid1_runs_as_in_that_users_private_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A container whose supervisor runs as 65532: `kubectl exec --user 0 POD
+    # -- supervisor status` finds and believes it without --socket.
+    monkeypatch.delenv(protocol.SOCKET_ENV, raising=False)
+    assert protocol.client_candidates(0, pid1_uid=65532)[-1] == "/tmp/supervisor-65532/control.sock"
+    assert not any("65532" in place for place in protocol.client_candidates(1000, pid1_uid=65532))
+    assert not any("supervisor-0" in place for place in protocol.client_candidates(0, pid1_uid=0)[2:])
+    private = tmp_path / "supervisor-65532"
+    private.mkdir(mode=0o700)
+    os.chown(private, 65532, 65532)
+    with mock.patch.object(protocol, "_tmp_dir", lambda uid: str(tmp_path / f"supervisor-{uid}")):
+        path = protocol.client_candidates(0, pid1_uid=65532)[-1]
+        assert protocol.server_trusted(65532, path, explicit=False, own_uid=0, pid1_uid=65532)
+        # Not another user than PID 1's, not a client other than root, not
+        # a directory others may write to.
+        assert not protocol.server_trusted(65532, path, explicit=False, own_uid=0, pid1_uid=1000)
+        assert not protocol.server_trusted(65532, path, explicit=False, own_uid=1000, pid1_uid=65532)
+        private.chmod(0o733)
+        assert not protocol.server_trusted(65532, path, explicit=False, own_uid=0, pid1_uid=65532)
 
 
 def test_peers() -> None:

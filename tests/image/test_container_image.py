@@ -92,7 +92,9 @@ def test_supervisor_is_pid_1_as_a_numeric_non_root_user(image: BuiltImage, conta
     assert result.returncode == 0, result.stderr
     uid, gid, pid1 = result.stdout.splitlines()
     assert (uid, gid) == ("65532", "65532")
-    assert ENTRYPOINT in pid1.split()[:2], pid1
+    # The console script's first line runs the interpreter isolated (-I: no
+    # PYTHONPATH, no user site), so PID 1's command line is that line's.
+    assert pid1.split()[:3] == [f"{VENV}/bin/python3", "-I", ENTRYPOINT], pid1
 
     config = json.loads(podman("image", "inspect", image.name).stdout)[0]["Config"]
     assert config["User"] == USER

@@ -49,6 +49,32 @@ CONTROLLER = (
 )
 
 
+def _controller_pod(
+    tmp_path: Path, stopped_file: Path, plugin_yaml: str, *sections: str, stop_timeout: str | None = None
+) -> Path:
+    """A pod's configuration: CONTROLLER as the main process (it stamps its
+    exit into ``stopped_file``), JSON logs at debug, and the kubernetes
+    plugin with events and ``sections`` (one line of YAML each)."""
+    config = tmp_path / "cfg.yaml"
+    stop = f"\n    stop_timeout: {stop_timeout}" if stop_timeout else ""
+    lines = "".join(f"\n    {section}" for section in sections)
+    config.write_text(
+        f"""
+grace_period: 30s
+log: {{format: json, level: debug}}
+processes:
+  - name: controller
+    main: true
+    command: {json.dumps([sys.executable, "-c", CONTROLLER, str(stopped_file)])}{stop}
+plugins:
+  kubernetes:
+    {plugin_yaml}
+    events: true{lines}
+"""
+    )
+    return config
+
+
 def _epoch(stamp: str) -> float:
     parsed = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC)
     return parsed.timestamp()
@@ -70,22 +96,12 @@ def test_the_lease_is_released_when_the_fallback_fills_the_budget(kube: KubeTarg
     after the controller's exit rather than a lease duration later."""
     target = example_setup(kube, tmp_path, example_rbac_without("discovery.k8s.io", "endpointslices", "watch"))
     stopped_file = tmp_path / "stopped"
-    config = tmp_path / "cfg.yaml"
-    config.write_text(
-        f"""
-grace_period: 30s
-log: {{format: json, level: debug}}
-processes:
-  - name: controller
-    main: true
-    command: {json.dumps([sys.executable, "-c", CONTROLLER, str(stopped_file)])}
-plugins:
-  kubernetes:
-    {target.plugin_yaml}
-    events: true
-    endpoint_drain: {{services: [{EXAMPLE_SERVICE}], fallback_delay: 15s}}
-    lease_release: {{process: controller, leases: [{{name: {EXAMPLE_LEASE}}}]}}
-"""
+    config = _controller_pod(
+        tmp_path,
+        stopped_file,
+        target.plugin_yaml,
+        f"endpoint_drain: {{services: [{EXAMPLE_SERVICE}], fallback_delay: 15s}}",
+        f"lease_release: {{process: controller, leases: [{{name: {EXAMPLE_LEASE}}}]}}",
     )
     with Supervisor(["-c", str(config)], env=target.pod_env(EXAMPLE_POD), cwd=REPO) as sup:
         sup.wait_for("connected as pod", timeout=60)
@@ -293,23 +309,13 @@ def test_the_last_serving_endpoint_serves_until_its_stop_timeout_needs_the_rest(
     ns.wait_endpoints("web", [pod])
     ns.create_lease("leader", "ctrl-0_1")
     stopped_file = tmp_path / "stopped"
-    config = tmp_path / "cfg.yaml"
-    config.write_text(
-        f"""
-grace_period: 30s
-log: {{format: json, level: debug}}
-processes:
-  - name: controller
-    main: true
-    command: {json.dumps([sys.executable, "-c", CONTROLLER, str(stopped_file)])}
-    stop_timeout: 3s
-plugins:
-  kubernetes:
-    {kube.plugin_yaml}
-    events: true
-    endpoint_drain: {{propagation_delay: 1s}}
-    lease_release: {{process: controller, leases: [{{name: leader}}]}}
-"""
+    config = _controller_pod(
+        tmp_path,
+        stopped_file,
+        kube.plugin_yaml,
+        "endpoint_drain: {propagation_delay: 1s}",
+        "lease_release: {process: controller, leases: [{name: leader}]}",
+        stop_timeout="3s",
     )
     with Supervisor(["-c", str(config)], env=kube.pod_env("ctrl-0"), cwd=REPO) as sup:
         sup.wait_for("Services that select this pod: web", timeout=60)

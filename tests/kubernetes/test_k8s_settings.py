@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -120,19 +121,22 @@ def test_problems_point_at_the_line(tmp_path: Path, section: str, expected: str)
     assert all(p.startswith(f"{tmp_path / 'cfg.yaml'}:") for p in problems), problems
 
 
-def test_bad_settings_exit_2_with_one_line_each(tmp_path: Path) -> None:
-    """Through the real CLI: no traceback, FILE:LINE:COLUMN, exit 2."""
-    import subprocess
-
-    path = tmp_path / "cfg.yaml"
-    path.write_text(_yaml("endpoint_drain: {propagation_dely: 5s}\nlease_release: {process: nope}"))
-    result = subprocess.run(
+def _check(path: Path) -> subprocess.CompletedProcess[str]:
+    """``supervisor check -c PATH`` through the real CLI."""
+    return subprocess.run(
         [str(Path(sys.executable).parent / "supervisor"), "check", "-c", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_bad_settings_exit_2_with_one_line_each(tmp_path: Path) -> None:
+    """Through the real CLI: no traceback, FILE:LINE:COLUMN, exit 2."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text(_yaml("endpoint_drain: {propagation_dely: 5s}\nlease_release: {process: nope}"))
+    result = _check(path)
     assert result.returncode == 2, result
     lines = result.stderr.strip().splitlines()
     assert "Traceback" not in result.stderr
@@ -152,17 +156,9 @@ def test_check_warns_about_delays_the_grace_period_cannot_hold(
     tmp_path: Path, grace: str, drain: str, warned: list[str]
 ) -> None:
     """``supervisor check``: a warning at the delay's line, and still exit 0."""
-    import subprocess
-
     path = tmp_path / "cfg.yaml"
     path.write_text(f"grace_period: {grace}\n" + _yaml(f"endpoint_drain: {drain}"))
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "supervisor"), "check", "-c", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = _check(path)
     assert result.returncode == 0, result
     warnings = [line for line in result.stderr.splitlines() if ": warning: " in line]
     assert len(warnings) == len(warned), result.stderr
@@ -261,8 +257,6 @@ def test_slice_selector() -> None:
 
 def test_the_client_is_imported_only_when_enabled() -> None:
     """Installing the plugin costs nothing to deployments that do not use it."""
-    import subprocess
-
     code = (
         "import sys, supervisor_kubernetes as k\n"
         "k.KubernetesPlugin()\n"

@@ -17,6 +17,7 @@ from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
 from supervisor_libvirt._settings import EnforcerSettings, LibvirtSettings
 
 from tests.libvirt import lv_testdriver as td
+from tests.libvirt.lv_enforcer import start_after_first_pass
 
 LOG = logging.getLogger("supervisor.plugin.libvirt")
 
@@ -198,18 +199,9 @@ async def test_a_request_written_while_it_runs_is_found_at_once_not_at_the_next_
     settings = LibvirtSettings(uri=td.URI, enforcer=EnforcerSettings(resync_interval=60))
     async with Hypervisor(td.URI, LOG) as hv:
         enforcer = Enforcer(hv, settings, LOG)
-        first_pass = trio.Event()
-        resync_once = enforcer.resync
-
-        async def noted(nursery: trio.Nursery) -> None:
-            await resync_once(nursery)
-            first_pass.set()
-
-        enforcer.resync = noted  # type: ignore[method-assign]
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(enforcer.run)
-                await first_pass.wait()  # the next pass is 60 s away
+                await start_after_first_pass(nursery, enforcer)  # the next pass is 60 s away
                 written = time.time()
                 await trio.to_thread.run_sync(request, dom, written - 10, 1.0)  # 9 s overdue
                 while not enforcer.destroyed:

@@ -26,6 +26,7 @@ from supervisor_libvirt._shutdown import Report, Result, shut_down_all
 from supervisor import Deadline, Timeline
 from supervisor.cli import main
 from tests.libvirt.lv_daemon import Libvirtd
+from tests.libvirt.lv_enforcer import start_after_first_pass
 from tests.libvirt.lv_guests import Guests
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.xdist_group("libvirt")]
@@ -320,18 +321,9 @@ async def test_requests_written_while_the_enforcer_runs_are_destroyed_within_a_s
     config = settings(libvirtd, enforcer=EnforcerSettings(resync_interval=60.0))
     async with Hypervisor(config.uri, LOG) as hv:
         enforcer = Enforcer(hv, config, LOG)
-        first_pass = trio.Event()
-        resync_once = enforcer.resync
-
-        async def noted(nursery: trio.Nursery) -> None:
-            await resync_once(nursery)
-            first_pass.set()
-
-        enforcer.resync = noted  # type: ignore[method-assign]
         with trio.fail_after(40):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(enforcer.run)
-                await first_pass.wait()
+                await start_after_first_pass(nursery, enforcer)  # the next pass is 60 s away
                 # Both definitions, as many providers write it; due in 5 s.
                 later = ShutdownRequest(requested_at=time.time(), grace=5.0)
                 await trio.to_thread.run_sync(virsh_metadata, libvirtd, "rt-due-later", later, "--live", "--config")

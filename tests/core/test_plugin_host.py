@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from supervisor._initpipe import wall_margin
-from tests.pid1 import Supervisor, run
+from tests.pid1 import Supervisor, run, wait_until
 
 # Where a hook of a 10 s shutdown is cut: the orchestrator's escalation
 # (the grace period less its margin before the wall) less the 1 s reserve.
@@ -168,9 +168,14 @@ def _ends(steps: list[dict[str, object]]) -> list[float]:
 
 def _terminated(config: str, plugin_path: Path, tmp_path: Path) -> Supervisor:
     """Run ``sleep 30`` under ``config`` as PID 1 and stop it with SIGTERM,
-    once the supervisor has logged that it started."""
+    once the supervisor has logged that it started and a recorder (if any)
+    has noted it: ``process_started`` is not awaited by the supervisor, so
+    on a busy machine its worker thread may run after the log line."""
+    record = tmp_path / "record.txt"
     with Supervisor(["-c", config, "--", "sleep", "30"], env=_env(plugin_path, tmp_path)) as sup:
         sup.wait_for("started sleep")
+        if "recorder" in Path(config).read_text():
+            wait_until(lambda: record.exists() and " started sleep" in record.read_text(), timeout=30)
         sup.signal(signal.SIGTERM)
         assert sup.wait() == 143
     return sup

@@ -30,6 +30,7 @@ from ._timeline import Step, Timeline
 from ._units import PIPE_RELAY, SHUTDOWN_SIGNALS, format_duration, signal_name
 from .config import Config, ProcessSpec, start_levels
 from .control.service import Services
+from .pid1.exits import ExitCode
 from .pid1.state import ShutdownState
 from .runtime import SupervisedProcess
 from .runtime.output import install_std_streams
@@ -39,14 +40,9 @@ if TYPE_CHECKING:
     from ._early import EarlySignals
     from ._hooks import HookRunner
 
-__all__ = ["EXIT_PROCESS_FAILED", "Orchestrator", "run_orchestrator"]
+__all__ = ["Orchestrator", "run_orchestrator"]
 
 log = logging.getLogger("supervisor")
-
-# A supervised process failed for good (crash loop, never ready) and brought
-# the container down: EX_SOFTWARE from sysexits.h, distinct from anything a
-# signal death (128+N) or a usage error (2) produces.
-EXIT_PROCESS_FAILED = 70
 
 
 def run_orchestrator(  # noqa: PLR0913 - each is one fact of the start, passed on once
@@ -390,22 +386,22 @@ class Orchestrator:
 
     def _exit_code(self) -> int:
         if self.failure is not None:
-            log.error("exit status %d: %s", EXIT_PROCESS_FAILED, self.failure)
-            return EXIT_PROCESS_FAILED
+            log.error("exit status %d: %s", ExitCode.PROCESS_FAILED, self.failure)
+            return ExitCode.PROCESS_FAILED
         if self.main is None:
             reason = self.shutdown.reason if self.shutdown is not None else "no shutdown"
             log.info("exiting with status 0 (no main process; %s)", reason)
-            return 0
+            return ExitCode.OK
         status = self.main.status
         if status is None and self.shutdown is not None and self.shutdown.signal is not None:
             # Stopped before the main process was started: report it the way
             # the main process would have ended, killed by that signal.
             status = ExitStatus(signal=self.shutdown.signal)
-        code = status.exit_code if status is not None else EXIT_PROCESS_FAILED
+        code = status.exit_code if status is not None else ExitCode.PROCESS_FAILED
         if code in self.config.zero_exit_codes:
             # -e CODE (tini's): a JVM that exits 143 on SIGTERM stopped as asked.
             log.info("main process %s %s: exit status 0 (-e %d)", self.main.name, status, code)
-            return 0
+            return ExitCode.OK
         log.info("exiting with status %d (main process %s %s)", code, self.main.name, status)
         return code
 

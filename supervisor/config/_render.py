@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from .._phase import Phase
 from .._redact import redact_url
 from .._units import format_duration, signal_name
+from ..pid1.exits import ExitCode
 from ._model import Config, ControlSettings, ProcessSpec, ReadyCheck
 from ._order import start_levels, stop_levels
 
@@ -172,7 +173,7 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
         f"  Kill time {kill_at}: SIGKILL to what still runs, {format_duration(margin)} before the grace period ends,"
     )
     lines.append(
-        f"  so that PID 1 need not step in (at {g} it kills everything and exits {_initpipe.WALL_EXIT_CODE}). "
+        f"  so that PID 1 need not step in (at {g} it kills everything and exits {ExitCode.WALL}). "
         f"Hooks end {format_duration(reserve)} before the kill."
     )
     return lines

@@ -13,7 +13,7 @@ import trio.testing
 
 from supervisor import PHASES, PROCESS_PHASES, Config, Deadline, Phase, PhasePlugin, Settings, Timeline, hookspec
 from supervisor._plan import ShutdownPlan
-from supervisor._pluginhost import PluginHost
+from tests.helpers import empty_host
 
 
 def test_every_phase_is_a_hook_of_the_specification() -> None:
@@ -51,7 +51,7 @@ async def test_the_plan_calls_each_phase_and_records_it_by_the_enum(autojump_clo
         calls.append(phase)
         return [phase]
 
-    host = PluginHost.empty()
+    host = empty_host()
     host.add("acts", PhasePlugin(configure=lambda settings, config: None, run=run))
     host.enable(Config(plugins={"acts": Settings.from_mapping({}, path="plugins.acts")}))
     timeline = Timeline()
@@ -71,7 +71,7 @@ async def test_phase_plugin_runs_its_entries_in_every_phase(autojump_clock: trio
         calls.append((phase, getattr(process, "name", None)))
         return [] if phase == "post_stop" else [phase]
 
-    host = PluginHost.empty()
+    host = empty_host()
     host.add("acts", PhasePlugin(configure=lambda settings, config: None, run=run))
     host.enable(Config(plugins={"acts": Settings.from_mapping({}, path="plugins.acts")}))
     timeline = Timeline()

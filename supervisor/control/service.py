@@ -81,7 +81,7 @@ class Services:
             pod,
             nursery=lambda: self.operations.nursery,
             locks=self.operations.locks,
-            shutting_down=lambda: self.pod.shutdown is not None,
+            shutting_down=lambda: self.pod.shutdown_state.shutting_down,
         )
 
     def _shutdown_view(self) -> ShutdownView | None:

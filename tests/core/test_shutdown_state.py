@@ -50,13 +50,17 @@ async def test_a_stop_signal_starts_the_shutdown_and_a_second_one_hurries_it() -
     async with running(orchestrator, codes):
         assert orchestrator.shutdown_state is ShutdownState.RUNNING
         assert orchestrator.shutdown is None
+        assert orchestrator.services.operations.status()["shutdown"] is None
         orchestrator._on_signal(signal.SIGTERM)
         shutdown = orchestrator.shutdown
         assert orchestrator.shutdown_state is ShutdownState.STOPPING
         assert shutdown is not None and shutdown.reason == "received SIGTERM"
         assert shutdown.signal == signal.SIGTERM and shutdown.deadline.budget == 30.0
+        # What `supervisor status --json` answers.
+        assert orchestrator.services.operations.status()["shutdown"]["state"] == "stopping"
         orchestrator._on_signal(signal.SIGINT)
         assert orchestrator.shutdown_state is ShutdownState.HURRYING
+        assert orchestrator.services.operations.status()["shutdown"]["state"] == "hurrying"
         # The same shutdown, its deadline expired: nothing was started anew.
         assert orchestrator.shutdown is shutdown
         assert shutdown.deadline.reasons == ["second SIGINT"] and shutdown.deadline.expired

@@ -23,6 +23,7 @@ from ._early import ORCHESTRATOR_SIGNALS
 from ._initpipe import StatusPipe, wall_margin
 from ._log import LogSettings
 from ._logging import configure_logging
+from ._phase import Phase
 from ._plan import ShutdownPlan
 from ._shutdown import Shutdown, ShutdownTracker
 from ._status import ExitStatus
@@ -192,7 +193,7 @@ class Orchestrator:
         with trio.CancelScope() as self._start_up_scope:
             if self.shutdown_state.shutting_down:
                 self._start_up_scope.cancel()
-            await self.host.call("supervisor_startup")
+            await self.host.call(Phase.STARTUP.hook)
             if not self.processes:
                 log.info("no processes to run: waiting for SIGTERM (plugins keep running until then)")
             for level in self.levels:

@@ -20,7 +20,16 @@ from tests.image.image_tools import LABEL, build_image, podman
 
 from ._cluster import RealNode
 
-__all__ = ["APP_IMAGE", "EXAMPLE_IMAGE", "load_app_image", "load_example_image"]
+__all__ = [
+    "APP_IMAGE",
+    "DISTROLESS_IMAGE",
+    "EXAMPLE_IMAGE",
+    "QUIT_IMAGE",
+    "load_app_image",
+    "load_distroless_image",
+    "load_example_image",
+    "load_quit_image",
+]
 
 # Not `:latest`: pods then default to imagePullPolicy IfNotPresent, so the
 # example's manifests need nothing but the image name changed.
@@ -28,6 +37,10 @@ EXAMPLE_IMAGE = "localhost/pid1-supervisor-example-controller:test"
 # The rolling update's app (tests/node/app.py) under the supervisor.
 APP_IMAGE = "localhost/pid1-supervisor-rollout-app:test"
 APP = Path(__file__).resolve().parents[1] / "node" / "app.py"
+# The same app in an image with no shell and no coreutils (no `sleep`).
+DISTROLESS_IMAGE = "localhost/pid1-supervisor-distroless-app:test"
+# The same app in an image whose stop signal is SIGQUIT.
+QUIT_IMAGE = "localhost/pid1-supervisor-quit-app:test"
 _SAVE_TIMEOUT = 300.0
 
 
@@ -54,6 +67,31 @@ def load_example_image(node: RealNode) -> str:
     return _derive(node, EXAMPLE_IMAGE, "COPY --chmod=0755 manager /manager\n", {"manager": node.bin_dir / "crmanager"})
 
 
+def _app_image(node: RealNode, tag: str, steps: str = "") -> str:
+    """The app at /app/app.py (run by the base's python3), then ``steps``."""
+    return _derive(node, tag, f"COPY --chmod=0644 app.py /app/app.py\n{steps}", {"app.py": APP})
+
+
 def load_app_image(node: RealNode) -> str:
-    """The rolling update's app at /app/app.py, run by the base's python3."""
-    return _derive(node, APP_IMAGE, "COPY --chmod=0644 app.py /app/app.py\n", {"app.py": APP})
+    """The rolling update's app."""
+    return _app_image(node, APP_IMAGE)
+
+
+def load_distroless_image(node: RealNode) -> str:
+    """The app's image with every program but the interpreter removed, as a
+    distroless image has it: no shell, no ``sleep``, no coreutils.  The
+    supervisor is a Python program and needs nothing else."""
+    return _app_image(
+        node,
+        DISTROLESS_IMAGE,
+        "USER 0\n"
+        # The RUN's own shell is among what goes: it is already running.
+        "RUN find /usr/bin /usr/sbin /usr/local/sbin -mindepth 1 ! -name 'python3*' -delete\n"
+        "USER 65532:65532\n",
+    )
+
+
+def load_quit_image(node: RealNode) -> str:
+    """The app's image with ``STOPSIGNAL SIGQUIT`` (as nginx's image has):
+    the kubelet stops its containers with SIGQUIT."""
+    return _app_image(node, QUIT_IMAGE, "STOPSIGNAL SIGQUIT\n")

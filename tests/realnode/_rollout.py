@@ -26,10 +26,8 @@ import collections
 import contextlib
 import json
 import statistics
-import subprocess
 import textwrap
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,11 +36,11 @@ from tests.node._load import Load
 from tests.node._rules import RulesWatch
 
 from ._cluster import RealNode, namespace
-from ._timeline import PodTrack, PodWatch, TaskExits
+from ._manifests import config_map, pod_spec, service, supervisor_access, supervisor_yaml
+from ._timeline import PodTrack, PodWatch, TaskExits, follow_log
 
 __all__ = ["CONFIGS", "Config", "PodOutcome", "Rollout", "RolloutResult", "run_rollout"]
 
-APP_PORT = 8080
 FAILED = ("refused", "reset", "timeout", "http_5xx", "http_other", "error")
 SIGKILLED = 128 + 9
 
@@ -147,91 +145,17 @@ class Rollout:
     timeout: float = 300
 
 
-def supervisor_yaml(config: Config, grace: int, propagation_delay: float) -> str:
-    """The supervisor's configuration (a ConfigMap, as in examples/kubernetes)."""
-    lines = [
-        f"grace_period: {grace - 1}s",
-        "log: {format: json, level: info}",
-        "processes:",
-        "  - name: app",
-        "    main: true",
-        f"    command: [python3, /app/app.py, --port, '{APP_PORT}']",
-        "    stop_timeout: 10s",
-    ]
-    if config.drain:
-        lines += [
-            "plugins:",
-            "  kubernetes:",
-            "    events: true",
-            "    endpoint_drain:",
-            "      services: [web]",
-            "      timeout: 20s",
-            f"      propagation_delay: {propagation_delay:g}s",
-            "      fallback_delay: 15s",
-        ]
-    return "\n".join(lines) + "\n"
-
-
 def manifests(config: Config, image: str, rollout: Rollout) -> list[dict[str, Any]]:
-    """The ServiceAccount, the plugin's RBAC (examples/kubernetes/rbac.yaml's
-    rules that the drain needs), the configuration, the Service and the
-    Deployment."""
-    container: dict[str, Any] = {
-        "name": "app",
-        "image": image,
-        "imagePullPolicy": "Never",
-        # The image's ENTRYPOINT is the supervisor.
-        "args": ["-c", "/etc/supervisor/supervisor.yaml"],
-        "env": [
-            {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
-            for name, path in (
-                ("POD_NAME", "metadata.name"),
-                ("POD_NAMESPACE", "metadata.namespace"),
-                ("POD_UID", "metadata.uid"),
-                ("POD_IP", "status.podIP"),
-            )
-        ],
-        "ports": [{"name": "http", "containerPort": APP_PORT}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
-        "volumeMounts": [
-            {"name": "config", "mountPath": "/etc/supervisor", "readOnly": True},
-            {"name": "run", "mountPath": "/run/supervisor"},
-        ],
-    }
-    if config.prestop_sleep is not None:
-        container["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(config.prestop_sleep)]}}}
+    """The plugin's access, the configuration, the Service and the Deployment."""
     labels = {"app": "web"}
+    supervisor = supervisor_yaml(
+        rollout.grace, drain_service="web" if config.drain else None, propagation_delay=rollout.propagation_delay
+    )
+    pre_stop = None if config.prestop_sleep is None else {"exec": {"command": ["sleep", str(config.prestop_sleep)]}}
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "web"}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "web-supervisor"},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
-                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
-                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "web-supervisor"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "web-supervisor"},
-            "subjects": [{"kind": "ServiceAccount", "name": "web"}],
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "web-supervisor"},
-            "data": {"supervisor.yaml": supervisor_yaml(config, rollout.grace, rollout.propagation_delay)},
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "web"},
-            "spec": {"selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
-        },
+        *supervisor_access(),
+        config_map("web-supervisor", supervisor),
+        service("web", labels),
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -242,15 +166,7 @@ def manifests(config: Config, image: str, rollout: Rollout) -> list[dict[str, An
                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": {
-                        "serviceAccountName": "web",
-                        "terminationGracePeriodSeconds": rollout.grace,
-                        "containers": [container],
-                        "volumes": [
-                            {"name": "config", "configMap": {"name": "web-supervisor"}},
-                            {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
-                        ],
-                    },
+                    "spec": pod_spec(image, "web-supervisor", rollout.grace, pre_stop),
                 },
             },
         },
@@ -303,33 +219,15 @@ class _Run:
                 raise RuntimeError(f"kube-proxy never routed {self.namespace}/web to {[t.ip for t in old]}")
             with contextlib.ExitStack() as logs:
                 for track in old:
-                    logs.enter_context(self._follow_log(track))
+                    logs.enter_context(
+                        follow_log(self.node, self.namespace, track.name, self.workdir / f"{track.name}.log")
+                    )
                 report = self._roll(cluster_ip, old)
         self._count(report["requests"])
         for track in old:
             self._judge(track, rules)
         self.result.problems += [f"pod watch: {e}" for e in self.pods.errors]
         self.result.problems += [f"containerd events: {e}" for e in self.exits.errors]
-
-    @contextlib.contextmanager
-    def _follow_log(self, track: PodTrack) -> Iterator[None]:
-        """``kubectl logs -f`` of an old pod into the work directory: the
-        kubelet removes the log with the pod."""
-        with (self.workdir / f"{track.name}.log").open("wb") as out:
-            proc = subprocess.Popen(
-                self.node.kubectl_argv("logs", "-f", "-n", self.namespace, track.name),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-            try:
-                yield
-            finally:
-                try:
-                    proc.wait(10)  # it ends with the container
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
 
     def _left(self) -> float:
         return max(self.end - time.monotonic(), 1.0)

@@ -16,17 +16,20 @@ between the two clocks at the start.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
 from typing import Any, Self
 
 from ._cluster import RealNode
 
-__all__ = ["PodTrack", "PodWatch", "TaskExits", "wall_to_monotonic"]
+__all__ = ["PodTrack", "PodWatch", "SliceWatch", "TaskExits", "follow_log", "logged_at", "wall_to_monotonic"]
 
 _OFFSET = time.time() - time.monotonic()
 
@@ -152,3 +155,65 @@ class TaskExits(_Follower):
 
     def exit_of(self, container_id: str) -> tuple[float, int] | None:
         return self.exits.get(container_id)
+
+
+class SliceWatch(_Follower):
+    """``kubectl get endpointslices --watch`` of one namespace: when each
+    address stopped being a ready endpoint of any slice."""
+
+    def __init__(self, node: RealNode, namespace: str) -> None:
+        watch = ("--watch", "--output-watch-events", "-o", "json")
+        super().__init__(node.kubectl_argv("get", "endpointslices", "-n", namespace, *watch))
+        self._ready: dict[str, set[str]] = {}  # slice name → its ready addresses
+        self.left: dict[str, float] = {}  # address → when it stopped being ready
+
+    def line(self, text: str, at: float) -> None:
+        event = json.loads(text)
+        before = set().union(*self._ready.values())
+        name = event["object"]["metadata"]["name"]
+        if event["type"] == "DELETED":
+            self._ready.pop(name, None)
+        else:
+            self._ready[name] = {
+                address
+                for endpoint in event["object"].get("endpoints") or []
+                if (endpoint.get("conditions") or {}).get("ready")
+                for address in endpoint["addresses"]
+            }
+        now = set().union(*self._ready.values())
+        for address in before - now:
+            self.left[address] = at
+        for address in now:
+            self.left.pop(address, None)
+
+
+@contextlib.contextmanager
+def follow_log(node: RealNode, namespace: str, pod: str, path: Path) -> Iterator[Path]:
+    """``kubectl logs -f --timestamps POD`` into ``path`` while in use (the
+    kubelet removes a pod's log with the pod); waits for the container's
+    end on the way out, 10 s at most."""
+    with path.open("wb") as out:
+        proc = subprocess.Popen(
+            node.kubectl_argv("logs", "-f", "--timestamps", "-n", namespace, pod),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield path
+        finally:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def logged_at(path: Path, text: str) -> float | None:
+    """When the first line of a ``follow_log`` file that contains ``text``
+    was written (the runtime's timestamp, on ``time.monotonic()``)."""
+    for line in path.read_text(errors="replace").splitlines():
+        stamp, _, message = line.partition(" ")
+        if text in message:
+            return wall_to_monotonic(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+    return None

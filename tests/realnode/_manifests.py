@@ -103,6 +103,8 @@ def pod_spec(image: str, config: str, grace: int, pre_stop: dict[str, Any] | Non
         ],
         "ports": [{"name": "http", "containerPort": APP_PORT}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
+        # A container that fails leaves its last lines in its status.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "config", "mountPath": "/etc/supervisor", "readOnly": True},
             {"name": "run", "mountPath": "/run/supervisor"},

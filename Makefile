@@ -18,7 +18,7 @@ APT_CORE := python3 python3-venv python3-dev gcc make libcap-dev pkg-config util
 # ...and for the whole test suite: libvirt + QEMU and the guest's parts for
 # the VM tests, podman/runc/debootstrap for the image tests, the benchmarks'
 # anchors (tini, dumb-init, catatonit, supervisord); iptables for kube-proxy
-# on the rollout tests' node (tests/node).
+# on the real node (tests/realnode).
 APT_TEST := psmisc iproute2 curl \
 	libvirt-daemon-system libvirt-dev qemu-system-x86 qemu-utils busybox-static cpio \
 	podman runc debootstrap \

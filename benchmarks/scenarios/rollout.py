@@ -1,27 +1,29 @@
-"""A rolling update through the real kube-proxy: does it drop requests, and
-how much of the grace period does it waste?
+"""A rolling update through the real kube-proxy under the real kubelet: does
+it drop requests, and how much of the grace period does it waste?
 
-The real control plane (``tests/cluster``: etcd, kube-apiserver and
-kube-controller-manager with the Deployment, ReplicaSet and EndpointSlice
-controllers) and a node played by the tests (``tests/node``): kube-proxy in
-iptables mode in the node's network namespace, the stand-in kubelet running
-each pod in a network namespace of its own with the supervisor as PID 1 and
-``tests/node/app.py`` (which stops listening at SIGTERM) as its main process.
-A Deployment of 3 replicas behind a ClusterIP Service is rolled (every pod
-replaced, ``maxSurge: 1, maxUnavailable: 0``) while the load generator sends
-100 requests a second, each on a new connection, from the node to the
-ClusterIP.  Three configurations of the same app in the same run:
+The whole cluster with a real node (``tests/realnode``: etcd,
+kube-apiserver, kube-controller-manager with the Deployment, ReplicaSet and
+EndpointSlice controllers, kube-scheduler, kubelet v1.35.4, containerd
+v2.3.7 with runc and the CNI bridge, kube-proxy in iptables mode), all in a
+network namespace of its own.  The pods run the project's image (built by
+``tools/build-image.sh`` with the kubernetes plugin) with the supervisor as
+PID 1 and ``tests/node/app.py`` (which stops listening at SIGTERM) as its
+main process.  A Deployment of 3 replicas behind a ClusterIP Service is
+rolled with ``kubectl rollout restart`` (every pod replaced,
+``maxSurge: 1, maxUnavailable: 0``) while the load generator sends 100
+requests a second, each on a new connection, from the node's namespace to
+the ClusterIP.  Three configurations of the same app in the same run:
 
 * the supervisor with the Kubernetes plugin's ``endpoint_drain`` (the row's
   figure), ``propagation_delay`` 2 s;
 * no preStop: the app gets SIGTERM at once;
-* ``preStop: sleep 15``, the classic.
+* ``preStop: exec: [sleep, "15"]``, the classic.
 
 Per configuration: requests sent and failed (refused, reset, timeouts, 5xx),
-deletion → pod gone, deletion → kube-proxy's rules stopped naming the pod
-(read from ``iptables-save`` every 50 ms), and the grace-period waste, PID
-1's exit less that moment.
-"""
+deletion (the API's watch event) → pod removed from the API, deletion →
+kube-proxy's rules stopped naming the pod (read from ``iptables-save`` every
+50 ms), and the grace-period waste, PID 1's exit (containerd's task-exit
+event) less that moment."""
 
 from __future__ import annotations
 
@@ -45,26 +47,27 @@ PRESTOP = "preStop: sleep 15"
 
 def _unavailable() -> str | None:
     if os.geteuid() != 0:
-        return "not measured: needs root (network namespaces, kube-proxy)"
+        return "not measured: needs root (network namespaces, kubelet, containerd)"
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     try:
         import kubernetes  # noqa: F401
 
-        import tests.cluster
-        import tests.node  # noqa: F401
+        import tests.realnode  # noqa: F401
     except ImportError as exc:
-        return f"not measured: {exc} (needs tests/cluster, tests/node and the kubernetes client)"
+        return f"not measured: {exc} (needs tests/realnode and the kubernetes client)"
     return None
 
 
 @contextlib.contextmanager
-def _node(bench: Bench) -> Iterator[tuple[Any, Any]]:
-    from tests.cluster import ControlPlane
-    from tests.node import Node
+def _node(bench: Bench) -> Iterator[tuple[Any, str]]:
+    """The real node (built and cached by tests/cluster/build.sh) with the
+    app's image imported."""
+    from tests.realnode import RealNode
+    from tests.realnode._images import load_app_image
 
-    with ControlPlane(bench.scratch("cluster")) as plane, Node.on(plane, bench.scratch("node")) as both:
-        yield both
+    with RealNode(bench.scratch("node")) as node:
+        yield node, load_app_image(node)
 
 
 def rolling_update(bench: Bench) -> list[Row]:
@@ -86,11 +89,11 @@ def rolling_update(bench: Bench) -> list[Row]:
     reason = _unavailable()
     if reason:
         return [Row(SCENARIO, names[k], units[k], targets[k], Figure(note=reason)) for k in names]
-    from tests.node import CONFIGS, Rollout, RolloutResult, run_rollout
+    from tests.realnode._rollout import CONFIGS, Rollout, RolloutResult, run_rollout
 
     results: dict[str, RolloutResult | str] = {}
     try:
-        with _node(bench) as (node, api):
+        with _node(bench) as (node, image):
             for key in ("endpoint-drain", "no-prestop", "prestop-sleep"):
                 if bench.smoke and key == "prestop-sleep":
                     results[key] = "not measured: smoke run (it only sleeps 15 s)"
@@ -99,16 +102,17 @@ def rolling_update(bench: Bench) -> list[Row]:
                 try:
                     result = run_rollout(
                         node,
-                        api,
+                        image,
                         CONFIGS[key],
                         Rollout(replicas=replicas, rate=RATE, propagation_delay=PROPAGATION_DELAY),
+                        bench.scratch(key),
                     )
                 except Exception as exc:  # one configuration's failure must not lose the others
                     results[key] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
                     continue
                 results[key] = result
                 bench.say("    " + result.summary().replace("\n", "\n    "))
-    except Exception as exc:  # the control plane or the node did not come up
+    except Exception as exc:  # the cluster, the node or the image did not come up
         note = f"not measured: {type(exc).__name__}: {str(exc).splitlines()[0]}"
         return [Row(SCENARIO, names[k], units[k], targets[k], Figure(problems=[note])) for k in names]
     rows = []
@@ -121,7 +125,7 @@ def rolling_update(bench: Bench) -> list[Row]:
 
 def _figure(result: Any, key: str) -> Figure:
     """One configuration's figure.  Problems are the harness's own failures
-    (a kubelet error, a SIGKILL, nothing measured); the requests a baseline
+    (a watch error, a SIGKILL, nothing measured); the requests a baseline
     drops are its measured outcome, in the value and the notes."""
     if isinstance(result, str):
         return Figure(note=result) if result.startswith("not measured") else Figure(problems=[result])

@@ -50,7 +50,7 @@ CONTROLLERS = (
     "namespace-controller",
     "garbage-collector-controller",
     "root-ca-certificate-publisher-controller",
-    # The rolling updates of tests/rollout: a real Deployment rollout.
+    # The rolling updates of tests/realnode: a real Deployment rollout.
     "deployment-controller",
     "replicaset-controller",
 )

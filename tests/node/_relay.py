@@ -1,16 +1,10 @@
-"""A TCP relay that makes the API server (on the host's loopback) reachable
-from inside the node's and the pods' network namespaces, at 127.0.0.1 there.
-
-On a real node the API server is reached over the node's network; here the
-host's network stays untouched, so the harness itself carries the bytes: a
-listening socket is made inside the target namespace (by a thread that joined
-it), and every accepted connection is joined to a new connection from the
-host's namespace.  TLS passes through unchanged: the client verifies the API
-server's own certificate, which names 127.0.0.1.
-
-The other way round (``target_netns``): a cluster that lives entirely in a
-network namespace is reached from the test process through a listener on the
-host's loopback whose connections are made inside that namespace.
+"""A TCP relay between network namespaces, carried by threads of the test
+process: a cluster that lives entirely in a network namespace
+(``tests/realnode``) is reached from the test process through a listener on
+the host's loopback whose connections are made inside that namespace
+(``target_netns``).  The host's network stays untouched: no interface,
+route or rule is added to it.  TLS passes through unchanged: the client
+verifies the API server's own certificate.
 """
 
 from __future__ import annotations
@@ -48,16 +42,6 @@ class Relay:
             self._listeners[netns or ""] = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True, name=f"relay-{netns}").start()
         return int(listener.getsockname()[1])
-
-    def forget(self, netns: str) -> None:
-        """Stop listening in ``netns`` (its pod is gone; the socket would keep
-        the deleted namespace alive in the kernel)."""
-        with self._lock:
-            listener = self._listeners.pop(netns, None)
-        if listener is not None:
-            with contextlib.suppress(OSError):
-                listener.shutdown(socket.SHUT_RDWR)
-            listener.close()
 
     def _accept(self, listener: socket.socket) -> None:
         while True:

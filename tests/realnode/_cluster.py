@@ -251,6 +251,11 @@ disabled_plugins = [
             ],
         }
 
+    def kubectl_argv(self, *args: str) -> list[str]:
+        """A kubectl command line with the admin's credentials, for a
+        process that outlives one call (``--watch``, ``logs -f``)."""
+        return [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.admin_kubeconfig}", *args]
+
     def ctr(self, *args: str, check: bool = True) -> str:
         result = subprocess.run(
             [str(self.bin_dir / "ctr"), f"--address={self.socket}", "--namespace=k8s.io", *args],

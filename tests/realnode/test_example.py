@@ -87,7 +87,7 @@ def _story(node: RealNode, ns: str) -> str:
 def _follow_logs(node: RealNode, ns: str, pod: str) -> subprocess.Popen[str]:
     """``kubectl logs -f POD``: the container's output until it exits."""
     return subprocess.Popen(
-        [str(node.bin_dir / "kubectl"), f"--kubeconfig={node.admin_kubeconfig}", "logs", "-f", "-n", ns, pod],
+        node.kubectl_argv("logs", "-f", "-n", ns, pod),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -275,12 +275,10 @@ def test_kubectl_drain_evicts_one_pod_as_the_budget_allows(real_node: RealNode, 
             assert time.monotonic() < deadline, "the disruption controller never allowed one disruption"
             time.sleep(0.2)
         drain = subprocess.run(
-            [
-                str(real_node.bin_dir / "kubectl"),
-                f"--kubeconfig={real_node.admin_kubeconfig}",
+            real_node.kubectl_argv(
                 *("drain", NODE_NAME, "--ignore-daemonsets", "--delete-emptydir-data"),
                 *(f"--pod-selector={selector}", "--timeout=25s"),
-            ],
+            ),
             capture_output=True,
             text=True,
             timeout=120,

@@ -124,10 +124,11 @@ def _plan_yaml(main: Sequence[str], helper: Sequence[str]) -> str:
 
 
 def subject_version(subject: Subject) -> str:
-    """The Debian package version of an anchor, or the supervisor's own."""
+    """The Debian package version of an anchor, the supervisor's own, or the
+    Python version the floor runs on."""
     if subject.name == FLOOR:
         version = _output([subject.executable, "-c", "import platform; print(platform.python_version())"])
-        return f"Python {version.strip()}"
+        return f"{version.strip() or 'unknown'} (benchmarks/floor_init.py on the supervisor's interpreter)"
     if subject.name == OURS:
         # From the CLI measured, which need not be this interpreter's.
         words = _output([subject.executable, "--version"]).split()

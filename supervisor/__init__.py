@@ -25,6 +25,7 @@ _EXPORTS = {
     "HookFailed": ".hookspec",
     "PHASES": ".phases",
     "PROCESS_PHASES": ".phases",
+    "Phase": ".phases",
     "PhaseEntry": ".phases",
     "PhasePlugin": ".phases",
     "entries_for": ".phases",
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     from .hookspec import hookimpl as hookimpl
     from .phases import PHASES as PHASES
     from .phases import PROCESS_PHASES as PROCESS_PHASES
+    from .phases import Phase as Phase
     from .phases import PhaseEntry as PhaseEntry
     from .phases import PhasePlugin as PhasePlugin
     from .phases import entries_for as entries_for

@@ -75,7 +75,8 @@ class Deadline:
     (``pre_stop``, ``wind_down``) also ``kept`` seconds earlier: the time
     plugins asked to keep for their steps after the stops (`keep_for_later`).
     The deadline only ever moves earlier; ``on_wall`` hears every move
-    (seconds from now to the wall).
+    (seconds from now to the wall), ``on_expire`` every `expire` (the
+    orchestrator's shutdown then hurries).
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class Deadline:
         elapsed: float = 0.0,
         margin: float = 0.0,
         on_wall: Callable[[float], None] | None = None,
+        on_expire: Callable[[], None] | None = None,
     ) -> None:
         """``elapsed``: how long ago the budget started (a SIGTERM that
         arrived while the supervisor was still starting)."""
@@ -104,6 +106,7 @@ class Deadline:
         self.stop_time = 0.0
         self.reasons: list[str] = []
         self.on_wall = on_wall
+        self.on_expire = on_expire
         # Scopes currently following the deadline: (scope, keeps the reserve,
         # its own fixed limit).  A list, not a weak set: scopes leave it when
         # their `with` block ends, and there are only ever a handful.
@@ -207,6 +210,8 @@ class Deadline:
         self.reasons.append(reason)
         self._update_scopes()
         self.announce()
+        if self.on_expire is not None:
+            self.on_expire()
 
     @contextmanager
     def scope(self, *, keep_reserve: bool = True, timeout: float = math.inf) -> Iterator[trio.CancelScope]:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from ._context import ProcessInfo
     from ._deadline import Deadline
+    from ._phase import Phase
     from ._timeline import Timeline
     from .config import Config
     from .health.board import Board
@@ -43,7 +44,7 @@ class HookCall:
     hook: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
     deadline: Deadline | None = None
-    phase: str | None = None
+    phase: Phase | None = None
     step_name: str | None = None
 
     @property
@@ -89,7 +90,7 @@ class HookRunner:
         hook_name: str,
         *,
         deadline: Deadline | None = None,
-        phase: str | None = None,
+        phase: Phase | None = None,
         step_name: str | None = None,
         **arguments: Any,
     ) -> None:

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
@@ -24,12 +23,16 @@ from ._early import ORCHESTRATOR_SIGNALS
 from ._initpipe import StatusPipe, wall_margin
 from ._log import LogSettings
 from ._logging import configure_logging
+from ._phase import Phase
 from ._plan import ShutdownPlan
+from ._shutdown import Shutdown, ShutdownTracker
 from ._status import ExitStatus
 from ._timeline import Step, Timeline
 from ._units import PIPE_RELAY, SHUTDOWN_SIGNALS, format_duration, signal_name
 from .config import Config, ProcessSpec, start_levels
 from .control.service import Services
+from .pid1.exits import ExitCode
+from .pid1.state import ShutdownState
 from .runtime import SupervisedProcess
 from .runtime.output import install_std_streams
 from .runtime.spawn import raise_open_files_limit
@@ -38,30 +41,9 @@ if TYPE_CHECKING:
     from ._early import EarlySignals
     from ._hooks import HookRunner
 
-__all__ = ["EXIT_PROCESS_FAILED", "Orchestrator", "ShutdownRequest", "run_orchestrator"]
+__all__ = ["Orchestrator", "run_orchestrator"]
 
 log = logging.getLogger("supervisor")
-
-# A supervised process failed for good (crash loop, never ready) and brought
-# the container down: EX_SOFTWARE from sysexits.h, distinct from anything a
-# signal death (128+N) or a usage error (2) produces.
-EXIT_PROCESS_FAILED = 70
-
-
-@dataclass(frozen=True, slots=True)
-class ShutdownRequest:
-    """Why and since when the deployment is going down; made once, never changed.
-
-    ``arrived``: trio time of the trigger's arrival (a signal that came in
-    during start-up arrived before trio ran).  ``signal``: the SIGTERM/SIGINT
-    that asked for it, None for any other trigger.  ``main_stop_signal``: what
-    the main process gets instead of its configured stop signal, if anything.
-    """
-
-    reason: str
-    arrived: float
-    signal: int | None = None
-    main_stop_signal: int | None = None
 
 
 def run_orchestrator(  # noqa: PLR0913 - each is one fact of the start, passed on once
@@ -116,17 +98,27 @@ class Orchestrator:
         self.levels = self._levels(config)
         self.main = next((p for p in self.processes.values() if p.spec.main), None)
         self.main_exited = trio.Event()
-        self.shutdown_requested = trio.Event()
-        self.shutdown: ShutdownRequest | None = None
+        # RUNNING until the first trigger; then the shutdown's facts too.
+        self._shutdown = ShutdownTracker()
         # Signals (received, to deliver) that came before the main process ran.
         self._queued_signals: list[tuple[int, int]] = []
-        self.deadline: Deadline | None = None
         self.failure: str | None = None
-        self.timeline: Timeline | None = None
+        # Bound to the plugin host from the start; its origin becomes the
+        # shutdown's start when the plan runs (no step is recorded before).
+        self.timeline = Timeline(origin=0.0, on_step=self._step_in_progress)
         self._events_nursery: trio.Nursery | None = None
         self._start_up_scope: trio.CancelScope | None = None
         # Control socket, health checks, probe listener (supervisor/control).
         self.services = Services(self, fail=self._fail)
+
+    @property
+    def shutdown_state(self) -> ShutdownState:
+        return self._shutdown.state
+
+    @property
+    def shutdown(self) -> Shutdown | None:
+        """The shutdown under way (its reason, its deadline); None while RUNNING."""
+        return self._shutdown.current
 
     def _levels(self, config: Config) -> list[list[SupervisedProcess]]:
         return [[self.processes[spec.name] for spec in level] for level in start_levels(config)]
@@ -164,7 +156,6 @@ class Orchestrator:
     # -- the program ----------------------------------------------------------
 
     async def run(self) -> int:
-        self.timeline = Timeline(on_step=self._step_in_progress)
         self.host.bind(self.config, self.processes, self.timeline, self.main_exited, board=self.services.board)
         async with trio.open_nursery() as root:
             self._events_nursery = root
@@ -187,10 +178,10 @@ class Orchestrator:
                     await self._start_up(supervised)
                     background = trio.CancelScope()
                     root.start_soon(self._run_background, background)
-                    root.start_soon(self.services.run_checks, self.shutdown_requested)
-                    await self.shutdown_requested.wait()
+                    root.start_soon(self.services.run_checks, self._shutdown.begun)
+                    shutdown = await self._shutdown.wait()
                     background.cancel()
-                    await self._shut_down()
+                    await self._shut_down(shutdown)
                     # Every process has exited (or was killed and reaped).
                     supervised.cancel_scope.cancel()
             root.cancel_scope.cancel()
@@ -200,9 +191,9 @@ class Orchestrator:
         # A shutdown request cancels this scope (see request_shutdown): the
         # levels not yet started are never started.
         with trio.CancelScope() as self._start_up_scope:
-            if self.shutdown_requested.is_set():
+            if self.shutdown_state.shutting_down:
                 self._start_up_scope.cancel()
-            await self.host.call("supervisor_startup")
+            await self.host.call(Phase.STARTUP.hook)
             if not self.processes:
                 log.info("no processes to run: waiting for SIGTERM (plugins keep running until then)")
             for level in self.levels:
@@ -213,7 +204,7 @@ class Orchestrator:
 
     async def _start_level(self, supervised: trio.Nursery, level: list[SupervisedProcess]) -> bool:
         for process in level:
-            if self.shutdown_requested.is_set():
+            if self.shutdown_state.shutting_down:
                 return False
             if process.supervised:
                 continue  # started early, already supervised
@@ -258,27 +249,33 @@ class Orchestrator:
         with scope:
             await self.host.call("supervisor_background")
 
-    async def _shut_down(self) -> None:
-        assert self.deadline is not None and self.timeline is not None and self.shutdown is not None
+    async def _shut_down(self, shutdown: Shutdown) -> None:
         plan = ShutdownPlan(self.host, self.levels, self.timeline, self.main_exited)
-        self.timeline.origin = self.deadline.started
-        await plan.run(self.deadline, self.shutdown.reason, self.shutdown.main_stop_signal)
-        self._log_timeline()
+        self.timeline.origin = shutdown.deadline.started
+        await plan.run(shutdown.deadline, shutdown.reason, shutdown.main_stop_signal)
+        self._log_timeline(shutdown)
 
     # -- triggers -------------------------------------------------------------
 
     def request_shutdown(
         self, reason: str, main_stop_signal: int | None = None, since: float = 0.0, signo: int | None = None
     ) -> None:
-        """Start the shutdown; ``since``: how long ago its trigger arrived."""
-        if self.shutdown_requested.is_set():
+        """Start the shutdown (RUNNING → STOPPING), unless it has begun;
+        ``since``: how long ago its trigger arrived."""
+        if self.shutdown_state.shutting_down:
             return
-        self.shutdown = ShutdownRequest(reason, trio.current_time() - since, signo, main_stop_signal)
         grace = self.config.grace_period
-        self.deadline = Deadline(grace, elapsed=since, margin=wall_margin(grace), on_wall=self.status.wall_in)
-        self.deadline.announce()
-        log.info("shutting down: %s (grace period %s)", reason, format_duration(self.config.grace_period))
-        self.shutdown_requested.set()
+        deadline = Deadline(
+            grace,
+            elapsed=since,
+            margin=wall_margin(grace),
+            on_wall=self.status.wall_in,
+            # STOPPING → HURRYING: a second stop signal, or a plugin's expire().
+            on_expire=self._shutdown.hurry,
+        )
+        self._shutdown.begin(Shutdown(reason, trio.current_time() - since, deadline, signo, main_stop_signal))
+        deadline.announce()
+        log.info("shutting down: %s (grace period %s)", reason, format_duration(grace))
         if self._start_up_scope is not None:
             self._start_up_scope.cancel()
 
@@ -296,10 +293,9 @@ class Orchestrator:
             log.info("received %s: dropped (--rewrite)", signal_name(signo))
             return
         if signo in SHUTDOWN_SIGNALS:
-            if self.shutdown_requested.is_set():
+            if self.shutdown is not None:
                 log.warning("received %s again: escalating to SIGKILL now", signal_name(signo))
-                if self.deadline is not None:
-                    self.deadline.expire(f"second {signal_name(signo)}")
+                self.shutdown.deadline.expire(f"second {signal_name(signo)}")
                 return
             # The main process gets its configured stop signal for SIGTERM,
             # SIGINT itself for SIGINT (Ctrl-C → 130, as with tini), and
@@ -316,7 +312,7 @@ class Orchestrator:
         self._forward(signo, target)
 
     def _forward(self, received: int, target: int) -> None:
-        if self.main is not None and not self.main.ever_started and not self.shutdown_requested.is_set():
+        if self.main is not None and not self.main.ever_started and not self.shutdown_state.shutting_down:
             # The main process is not running yet (start-up): keep the signal
             # and deliver it once it runs, in order, as tini and dumb-init
             # would have (they start it before they look at signals).
@@ -391,33 +387,33 @@ class Orchestrator:
 
     def _exit_code(self) -> int:
         if self.failure is not None:
-            log.error("exit status %d: %s", EXIT_PROCESS_FAILED, self.failure)
-            return EXIT_PROCESS_FAILED
+            log.error("exit status %d: %s", ExitCode.PROCESS_FAILED, self.failure)
+            return ExitCode.PROCESS_FAILED
         if self.main is None:
             reason = self.shutdown.reason if self.shutdown is not None else "no shutdown"
             log.info("exiting with status 0 (no main process; %s)", reason)
-            return 0
+            return ExitCode.OK
         status = self.main.status
         if status is None and self.shutdown is not None and self.shutdown.signal is not None:
             # Stopped before the main process was started: report it the way
             # the main process would have ended, killed by that signal.
             status = ExitStatus(signal=self.shutdown.signal)
-        code = status.exit_code if status is not None else EXIT_PROCESS_FAILED
+        code = status.exit_code if status is not None else ExitCode.PROCESS_FAILED
         if code in self.config.zero_exit_codes:
             # -e CODE (tini's): a JVM that exits 143 on SIGTERM stopped as asked.
             log.info("main process %s %s: exit status 0 (-e %d)", self.main.name, status, code)
-            return 0
+            return ExitCode.OK
         log.info("exiting with status %d (main process %s %s)", code, self.main.name, status)
         return code
 
-    def _log_timeline(self) -> None:
-        assert self.timeline is not None and self.deadline is not None and self.shutdown is not None
-        total = self.deadline.elapsed()
-        header = f"shutdown timeline ({self.shutdown.reason}; {total:.3f}s of {format_duration(self.deadline.budget)})"
-        if self.deadline.reasons:
-            header += f"; deadline changed: {', '.join(self.deadline.reasons)}"
+    def _log_timeline(self, shutdown: Shutdown) -> None:
+        deadline = shutdown.deadline
+        total = deadline.elapsed()
+        header = f"shutdown timeline ({shutdown.reason}; {total:.3f}s of {format_duration(deadline.budget)})"
+        if deadline.reasons:
+            header += f"; deadline changed: {', '.join(deadline.reasons)}"
         # Where PID 1 would have killed everything (see supervisor/_init.py).
-        wall = round(self.deadline.wall - self.deadline.started, 4)
+        wall = round(deadline.wall - deadline.started, 4)
         if self.config.log_format == "json":
             log.info(header, extra={"fields": {"timeline": self.timeline.as_json(), "wall": wall}})
             return

@@ -20,11 +20,13 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Sequence
+from typing import Any
 
 import trio
 
 from ._deadline import Deadline
 from ._hooks import HookRunner
+from ._phase import Phase
 from ._timeline import Timeline
 from .runtime import SupervisedProcess
 from .runtime.state import ProcessState
@@ -56,9 +58,7 @@ class ShutdownPlan:
             max((process.spec.stop_timeout or 0.0 for process in level), default=0.0) for level in self.levels
         )
         with trio.move_on_after(_SHUTDOWN_STARTED_LIMIT):
-            await self.host.call(
-                "supervisor_shutdown_started", deadline=deadline, phase="shutdown_started", reason=reason
-            )
+            await self._call(Phase.SHUTDOWN_STARTED, deadline, reason=reason)
         # wind_down beside pre_stop: processes stop once both are over.
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._wind_down, deadline)
@@ -69,13 +69,17 @@ class ShutdownPlan:
             async with trio.open_nursery() as nursery:
                 for process in level:
                     nursery.start_soon(self._stop_process, process, deadline, main_stop_signal)
-        await self.host.call("supervisor_post_stop", deadline=deadline, phase="post_stop")
+        await self._call(Phase.POST_STOP, deadline)
+
+    async def _call(self, phase: Phase, deadline: Deadline, **arguments: Any) -> None:
+        """The phase's hook, each implementation a step of the phase in the timeline."""
+        await self.host.call(phase.hook, deadline=deadline, phase=phase, **arguments)
 
     async def _pre_stop(self, deadline: Deadline) -> None:
-        if not self.host.implementations("supervisor_pre_stop"):
+        if not self.host.implementations(Phase.PRE_STOP.hook):
             return
         if self.main_exited.is_set():
-            with self.timeline.step("pre_stop", "hooks not run") as step:
+            with self.timeline.step(Phase.PRE_STOP, "hooks not run") as step:
                 step.outcome = "skipped"
                 step.detail = "the main process has already exited: nothing left to drain"
             return
@@ -87,7 +91,7 @@ class ShutdownPlan:
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(cancel_when_main_exits)
-            await self.host.call("supervisor_pre_stop", deadline=deadline, phase="pre_stop")
+            await self._call(Phase.PRE_STOP, deadline)
             nursery.cancel_scope.cancel()
 
     def _left_to_stop(self) -> bool:
@@ -103,19 +107,13 @@ class ShutdownPlan:
         # Work that must end before the processes stop whatever the main
         # process does (guests of a libvirtd outside the pod): the main
         # process's exit neither cancels nor skips it; the deadline bounds it.
-        await self.host.call("supervisor_wind_down", deadline=deadline, phase="wind_down")
+        await self._call(Phase.WIND_DOWN, deadline)
 
     async def _stop_process(self, process: SupervisedProcess, deadline: Deadline, main_stop_signal: int | None) -> None:
         if process.running:
-            await self.host.call(
-                "supervisor_before_process_stop",
-                deadline=deadline,
-                phase="before_process_stop",
-                step_name=process.name,
-                process=process,
-            )
+            await self._call(Phase.BEFORE_PROCESS_STOP, deadline, step_name=process.name, process=process)
         was_running = process.running
-        with self.timeline.step("stop", process.name) as step:
+        with self.timeline.step(Phase.STOP, process.name) as step:
             status = await process.stop(deadline, main_stop_signal if process.spec.main else None)
             if not was_running:
                 step.outcome = "skipped"
@@ -130,11 +128,4 @@ class ShutdownPlan:
             # the last stop (a Lease to hand over) may use the reserve too.
             deadline.nothing_left_to_stop()
         if status is not None and process.ever_started:
-            await self.host.call(
-                "supervisor_after_process_stop",
-                deadline=deadline,
-                phase="after_process_stop",
-                step_name=process.name,
-                process=process,
-                status=status,
-            )
+            await self._call(Phase.AFTER_PROCESS_STOP, deadline, step_name=process.name, process=process, status=status)

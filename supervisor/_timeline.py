@@ -26,7 +26,9 @@ Outcome = str
 @dataclass
 class Step:
     """One record: what ran, in which phase, when (offset from the start of
-    the shutdown), for how long, and how it ended."""
+    the shutdown), for how long, and how it ended.  ``phase``: a `Phase`
+    for the plan's and the host's steps; a plugin's own steps may give the
+    phase's plain name (``"pre_stop"``), which equals it."""
 
     phase: str
     name: str

@@ -48,7 +48,6 @@ class RunOptions:
     log_level: str | None = None
     verbose: int = 0
     zero_exit_codes: frozenset[int] = frozenset()
-    parent_death_signal: int | None = None
     command: tuple[str, ...] = ()
 
 
@@ -184,7 +183,6 @@ def parse_run_args(args: Sequence[str]) -> RunOptions:
         log_level=ns.log_level,
         verbose=ns.verbose,
         zero_exit_codes=frozenset(ns.expect_exit),
-        parent_death_signal=ns.parent_death_signal,
         command=tuple(command),
     )
 

@@ -22,6 +22,7 @@ import trio
 
 from ._context import Context, ProcessInfo
 from ._deadline import Deadline
+from ._phase import Phase
 from ._status import ExitStatus
 from .config import Config, Settings
 from .hookspec import SKIP, hookimpl
@@ -29,6 +30,7 @@ from .hookspec import SKIP, hookimpl
 __all__ = [
     "PHASES",
     "PROCESS_PHASES",
+    "Phase",
     "PhaseEntry",
     "PhasePlugin",
     "entries_for",
@@ -38,18 +40,12 @@ __all__ = [
     "run_each",
 ]
 
-# In the order a run goes through them; ``wind_down`` runs beside
-# ``pre_stop`` (and goes on when the main process exits), so it comes next.
-PHASES = (
-    "startup",
-    "shutdown_started",
-    "pre_stop",
-    "wind_down",
-    "before_process_stop",
-    "after_process_stop",
-    "post_stop",
-)
-PROCESS_PHASES = frozenset({"before_process_stop", "after_process_stop"})
+PHASES: tuple[Phase, ...] = tuple(phase for phase in Phase if phase.has_hook)
+"""The phases plugins act in, in the order a run goes through them (every
+`Phase` but ``stop``); each is also its plain name (``"pre_stop"``)."""
+PROCESS_PHASES: frozenset[Phase] = frozenset(phase for phase in PHASES if phase.per_process)
+"""Those of them that happen once for each process."""
+_IN_ORDER_PER_PROCESS = tuple(phase for phase in PHASES if phase in PROCESS_PHASES)
 
 RunPhase = Callable[[Context, str, Deadline | None, ProcessInfo | None, ExitStatus | None], Awaitable[object]]
 """``run(ctx, phase, deadline, process, status)``: run what is configured
@@ -161,9 +157,7 @@ def read_phase(entry: Settings, config: Config, *, noun: str = "entries") -> tup
             entry.error("process", f"unknown process {process!r}{among}")
             process = None
     elif process is not None and phase is not None:
-        entry.error(
-            "process", f"only before_process_stop and after_process_stop {noun} belong to a process, not {phase}"
-        )
+        entry.error("process", f"only {' and '.join(_IN_ORDER_PER_PROCESS)} {noun} belong to a process, not {phase}")
         process = None
     return phase, process
 
@@ -185,7 +179,7 @@ class PhasePlugin:
     async def _phase(
         self,
         ctx: Context,
-        phase: str,
+        phase: Phase,
         deadline: Deadline | None,
         process: ProcessInfo | None = None,
         status: ExitStatus | None = None,
@@ -198,30 +192,30 @@ class PhasePlugin:
 
     @hookimpl
     async def supervisor_startup(self, ctx: Context) -> object:
-        return await self._phase(ctx, "startup", None)
+        return await self._phase(ctx, Phase.STARTUP, None)
 
     @hookimpl
     async def supervisor_shutdown_started(self, ctx: Context, deadline: Deadline) -> object:
-        return await self._phase(ctx, "shutdown_started", deadline)
+        return await self._phase(ctx, Phase.SHUTDOWN_STARTED, deadline)
 
     @hookimpl
     async def supervisor_pre_stop(self, ctx: Context, deadline: Deadline) -> object:
-        return await self._phase(ctx, "pre_stop", deadline)
+        return await self._phase(ctx, Phase.PRE_STOP, deadline)
 
     @hookimpl
     async def supervisor_wind_down(self, ctx: Context, deadline: Deadline) -> object:
-        return await self._phase(ctx, "wind_down", deadline)
+        return await self._phase(ctx, Phase.WIND_DOWN, deadline)
 
     @hookimpl
     async def supervisor_before_process_stop(self, ctx: Context, deadline: Deadline, process: ProcessInfo) -> object:
-        return await self._phase(ctx, "before_process_stop", deadline, process)
+        return await self._phase(ctx, Phase.BEFORE_PROCESS_STOP, deadline, process)
 
     @hookimpl
     async def supervisor_after_process_stop(
         self, ctx: Context, deadline: Deadline, process: ProcessInfo, status: ExitStatus
     ) -> object:
-        return await self._phase(ctx, "after_process_stop", deadline, process, status)
+        return await self._phase(ctx, Phase.AFTER_PROCESS_STOP, deadline, process, status)
 
     @hookimpl
     async def supervisor_post_stop(self, ctx: Context, deadline: Deadline) -> object:
-        return await self._phase(ctx, "post_stop", deadline)
+        return await self._phase(ctx, Phase.POST_STOP, deadline)

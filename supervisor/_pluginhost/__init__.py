@@ -37,11 +37,6 @@ class PluginHost(HookRunner):
         self.dispatcher = Dispatcher(registry, self.enabled)
 
     @classmethod
-    def empty(cls) -> PluginHost:
-        """A host with no plugins yet (tests and embedding add them with ``add``)."""
-        return cls(Registry())
-
-    @classmethod
     def discover(cls) -> PluginHost:
         """Every plugin of the entry-point group, each imported only when
         used (enabled, listed, asked for its commands), each on its own: one

@@ -9,16 +9,21 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
+from .._phase import Phase
 from .._redact import redact_url
 from .._units import format_duration, signal_name
+from ..pid1.exits import ExitCode
 from ._model import Config, ControlSettings, ProcessSpec, ReadyCheck
 from ._order import start_levels, stop_levels
 
 __all__ = ["describe_ready", "render_plan"]
 
 _LABEL_WIDTH = 26
-_PER_PROCESS = ("before_process_stop", "after_process_stop")
-_PLACED = {"startup", "background", "shutdown_started", "pre_stop", "wind_down", "post_stop", *_PER_PROCESS}
+# The hooks of each stop, around it.
+_PER_PROCESS = tuple(phase for phase in Phase if phase.per_process and phase.has_hook)
+# Shown in their place in the plan: the phases' hooks, and background hooks
+# (which run all along) after the start order.
+_PLACED = {*(phase for phase in Phase if phase.has_hook), "background"}
 # Not phases of a run: configuration time and the CLI.
 _NOT_PHASES = {"configure", "add_commands"}
 
@@ -64,8 +69,8 @@ def _row(label: str, text: str, window: str = "", *, indent: int = 2) -> str:
 
 def _start_section(config: Config, phases: dict[str, list[str]]) -> list[str]:
     lines = ["Start order"]
-    if "startup" in phases:
-        lines.append(_row("startup hooks", ", ".join(phases["startup"])))
+    if Phase.STARTUP in phases:
+        lines.append(_row("startup hooks", ", ".join(phases[Phase.STARTUP])))
     if not config.processes:
         lines.append("  (no processes)")
     needed = {dep for process in config.processes for dep in process.depends_on}
@@ -129,16 +134,17 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
     margin = _initpipe.wall_margin(grace)
     kill_at = f"{round(grace - margin, 3):g}s"
     lines = [f"Shutdown plan (grace period {g})"]
-    if "shutdown_started" in phases:
-        lines.append(_row("shutdown_started", ", ".join(phases["shutdown_started"]), "[0s]"))
+    started, pre_stop, wind_down = Phase.SHUTDOWN_STARTED, Phase.PRE_STOP, Phase.WIND_DOWN
+    if started in phases:
+        lines.append(_row(started, ", ".join(phases[started]), "[0s]"))
     # The stops begin once pre_stop and wind_down (beside it, not cut short
     # by the main process's exit) are both over: their windows count from there.
-    before = " and ".join(phase for phase in ("pre_stop", "wind_down") if phase in phases)
-    if "pre_stop" in phases:
-        lines.append(_row("pre_stop", ", ".join(phases["pre_stop"]), "[from 0s]"))
-    if "wind_down" in phases:
-        beside = ", beside pre_stop" if "pre_stop" in phases else ""
-        lines.append(_row("wind_down", ", ".join(phases["wind_down"]), f"[from 0s{beside}]"))
+    before = " and ".join(phase for phase in (pre_stop, wind_down) if phase in phases)
+    if pre_stop in phases:
+        lines.append(_row(pre_stop, ", ".join(phases[pre_stop]), "[from 0s]"))
+    if wind_down in phases:
+        beside = f", beside {pre_stop}" if pre_stop in phases else ""
+        lines.append(_row(wind_down, ", ".join(phases[wind_down]), f"[from 0s{beside}]"))
     offset = 0.0
     levels = stop_levels(config)
     for number, level in enumerate(levels, start=1):
@@ -147,7 +153,7 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
             window, overrun = _stop_window(process, offset, grace, before, kill_at)
             lines.append(
                 _row(
-                    f"{number}. stop {process.name}",
+                    f"{number}. {Phase.STOP} {process.name}",
                     _stop_text(process),
                     window + ("  exceeds the grace period" if overrun else ""),
                 )
@@ -160,14 +166,14 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
         offset += longest
     if not levels:
         lines.append("  (no processes to stop)")
-    lines.append(_row("post_stop", ", ".join(phases.get("post_stop", [])) or "-"))
+    lines.append(_row(Phase.POST_STOP, ", ".join(phases.get(Phase.POST_STOP, [])) or "-"))
     lines.append(_row("SIGKILL", "to every process still running", f"[{kill_at}]"))
     lines.append(_summary(offset, grace, before))
     lines.append(
         f"  Kill time {kill_at}: SIGKILL to what still runs, {format_duration(margin)} before the grace period ends,"
     )
     lines.append(
-        f"  so that PID 1 need not step in (at {g} it kills everything and exits {_initpipe.WALL_EXIT_CODE}). "
+        f"  so that PID 1 need not step in (at {g} it kills everything and exits {ExitCode.WALL}). "
         f"Hooks end {format_duration(reserve)} before the kill."
     )
     return lines

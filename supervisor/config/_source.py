@@ -19,7 +19,7 @@ from ._errors import Problem
 from ._nodes import Node, Scalar, child_path
 from ._position import Position
 
-__all__ = ["MAX_VALUES", "parse_file", "parse_text"]
+__all__ = ["MAX_DEPTH", "MAX_VALUES", "parse_file", "parse_text"]
 
 _TAG = "tag:yaml.org,2002:"
 _STR, _MAP, _SEQ, _MERGE = _TAG + "str", _TAG + "map", _TAG + "seq", _TAG + "merge"
@@ -28,6 +28,12 @@ _MAX_SIZE = 16 << 20
 # Values a document may hold with its aliases expanded: whoever reads a part
 # of the tree as plain data (a plugin's JSON body, say) expands them.
 MAX_VALUES = 100_000
+# How deep collections may nest.  A deployment's file needs five or six
+# levels; PyYAML composes (and this module converts) nested collections by
+# recursion, so without a bound of its own the outcome would depend on the
+# interpreter's recursion limit, which a test framework or an embedder may
+# have raised: a deep document would then parse, or overflow the C stack.
+MAX_DEPTH = 100
 # Scalars kept as the text written: dates stay strings (nobody wants a
 # datetime for a path), and "=" is YAML 1.1's obscure "value" key.
 _AS_TEXT = {_STR, _TAG + "timestamp", _TAG + "value", _MERGE}
@@ -74,7 +80,7 @@ def _compose(text: str, file: str) -> tuple[yaml.Node | None, Problem | None]:
     """PyYAML's node tree (None for an empty document), or the one problem
     that stopped PyYAML, as a positioned line."""
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader), None
+        return yaml.compose(text, Loader=_DepthLimitedLoader), None
     except yaml.MarkedYAMLError as exc:
         return None, _yaml_problem(exc, file, text)
     except yaml.reader.ReaderError as exc:
@@ -84,8 +90,27 @@ def _compose(text: str, file: str) -> tuple[yaml.Node | None, Problem | None]:
         return None, Problem(Position(file, line, column), message)
     except yaml.YAMLError as exc:  # no position known (not raised by PyYAML 6 for text input)
         return None, Problem(Position(file, 1, 1), f"invalid YAML: {exc}")
-    except RecursionError:
+    except RecursionError:  # the interpreter's stack is smaller than MAX_DEPTH needs
         return None, Problem(Position(file, 1, 1), "invalid YAML: the document is nested too deeply")
+
+
+class _DepthLimitedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses collections nested deeper than MAX_DEPTH,
+    at the node where the limit was passed."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self._depth >= MAX_DEPTH:
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(None, None, f"collections nested more than {MAX_DEPTH} levels deep", mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _decode(data: bytes) -> str:

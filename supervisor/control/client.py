@@ -24,13 +24,13 @@ from .._cliparse import Parser as _Parser
 from .._cliparse import UsageError as _Usage
 from .._cliparse import describe_commands
 from .._units import format_duration
+from ..pid1.exits import ExitCode
 from .present import STATE_STYLES, Colours, format_log_line, json_line, only_processes, parse_since
 from .protocol import SOCKET_ENV, client_candidates, peer_uid, server_trusted
 
 __all__ = ["ControlClient", "SupervisorUnreachable", "control_parser", "main"]
 
 PROG = "supervisor"
-USAGE_ERROR = 2
 FAILED = 1
 _TIMEOUT = 30.0  # for an answer; start/stop wait for the process, up to its stop_timeout
 
@@ -199,7 +199,7 @@ def main(args: Sequence[str]) -> int:
         ns = control_parser().parse_args(list(args))
     except _Usage as exc:
         print(f"{PROG}: {exc} (see {PROG} {args[0] if args else ''} --help)", file=sys.stderr)
-        return USAGE_ERROR
+        return ExitCode.USAGE
     # start/stop/restart take as long as the process's readiness timeout or
     # stop_timeout, which the supervisor enforces; a follow has no end.
     waits = ns.command in ("start", "stop", "restart", "replan") or (ns.command == "logs" and ns.follow)
@@ -259,7 +259,7 @@ def _replan(ns: argparse.Namespace, client: ControlClient) -> int:
             for problem in problems:
                 print(problem, file=sys.stderr)
             print(f"{PROG} replan: {answer.get('error')}", file=sys.stderr)
-            return USAGE_ERROR
+            return ExitCode.USAGE
         changes = answer.get("changes", [])
         for line in changes:
             print(line)

@@ -43,9 +43,12 @@ class ControlError(Exception):
 
 @dataclass(frozen=True)
 class ShutdownView:
-    """What ``status`` shows of a shutdown under way."""
+    """What ``status`` shows of a shutdown under way; ``state``: the
+    orchestrator's (``stopping``, or ``hurrying`` once the deadline was
+    expired)."""
 
     reason: str
+    state: str
     elapsed: float
     remaining: float
 
@@ -142,6 +145,7 @@ class Operations:
         phase = timeline.steps[-1].describe() if timeline is not None and timeline.steps else "starting"
         return {
             "reason": shutdown.reason,
+            "state": shutdown.state,
             "elapsed": round(shutdown.elapsed, 3),
             "deadline_left": round(max(0.0, shutdown.remaining), 3),
             "phase": phase,

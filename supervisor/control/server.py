@@ -26,8 +26,8 @@ from typing import Any
 
 import trio
 
+from ..health.accept import accept_connections
 from ..runtime.capture import captured
-from .accept import accept_connections
 from .logs import LogLine, LogRing
 from .operations import ControlError, Operations
 from .protocol import COMMANDS, MAX_REQUEST, open_lock, peer_allowed, peer_uid, prepare_directory

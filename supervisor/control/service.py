@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .._deadline import Deadline
     from .._timeline import Timeline
     from ..config import Config
+    from ..pid1.state import ShutdownState
     from ..runtime import SupervisedProcess
     from .replan import Replannable
 
@@ -33,11 +34,13 @@ __all__ = ["Pod", "Services"]
 
 
 class _Shutdown(Protocol):
-    """What the services read of a shutdown request (the orchestrator's
-    ``ShutdownRequest``; named here so that this side imports nothing of it)."""
+    """What the services read of a shutdown under way (the orchestrator's
+    ``Shutdown``; named here so that this side imports nothing of it)."""
 
     @property
     def reason(self) -> str: ...
+    @property
+    def deadline(self) -> Deadline: ...
 
 
 class Pod(Protocol):
@@ -50,9 +53,9 @@ class Pod(Protocol):
     @property
     def shutdown(self) -> _Shutdown | None: ...
     @property
-    def deadline(self) -> Deadline | None: ...
+    def shutdown_state(self) -> ShutdownState: ...
     @property
-    def timeline(self) -> Timeline | None: ...
+    def timeline(self) -> Timeline: ...
 
 
 class Services:
@@ -78,16 +81,15 @@ class Services:
             pod,
             nursery=lambda: self.operations.nursery,
             locks=self.operations.locks,
-            shutting_down=lambda: self.pod.shutdown is not None,
+            shutting_down=lambda: self.pod.shutdown_state.shutting_down,
         )
 
     def _shutdown_view(self) -> ShutdownView | None:
-        shutdown, deadline = self.pod.shutdown, self.pod.deadline
+        shutdown = self.pod.shutdown
         if shutdown is None:
             return None
-        if deadline is None:
-            return ShutdownView(shutdown.reason, 0.0, self.pod.config.grace_period)
-        return ShutdownView(shutdown.reason, deadline.elapsed(), deadline.remaining())
+        deadline = shutdown.deadline
+        return ShutdownView(shutdown.reason, self.pod.shutdown_state.value, deadline.elapsed(), deadline.remaining())
 
     async def run(
         self, supervised: trio.Nursery, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

@@ -37,10 +37,9 @@ import resource
 
 import trio
 
-from ..control.accept import accept_connections
-from ..control.operations import Operations
+from .accept import accept_connections
 from .board import Level
-from .metrics import CONTENT_TYPE, render_metrics
+from .metrics import CONTENT_TYPE, PodView, render_metrics
 
 __all__ = ["MAX_CONNECTIONS", "HealthListener"]
 
@@ -58,7 +57,7 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
 
 
 class HealthListener:
-    def __init__(self, address: tuple[str, int], operations: Operations) -> None:
+    def __init__(self, address: tuple[str, int], operations: PodView) -> None:
         self.address = address
         self.operations = operations
         # Open connections, oldest first (a dict keeps insertion order).

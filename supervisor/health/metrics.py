@@ -11,17 +11,42 @@ with labels.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from ..control.operations import Operations
 from ..runtime.state import ProcessState
 
-__all__ = ["CONTENT_TYPE", "render_metrics"]
+if TYPE_CHECKING:
+    from .._timeline import Timeline
+    from ..runtime import SupervisedProcess
+    from .board import Board, Level, Verdict
+
+__all__ = ["CONTENT_TYPE", "PodView", "render_metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def render_metrics(ops: Operations) -> str:
+class PodView(Protocol):
+    """What the probe listener and /metrics read of the running pod: the
+    control socket's operations (``supervisor.control.operations``) are one,
+    named here so that health imports nothing of the control layer above it."""
+
+    @property
+    def processes(self) -> Mapping[str, SupervisedProcess]: ...
+    @property
+    def board(self) -> Board: ...
+    @property
+    def started(self) -> float:
+        """When the supervisor started (``time.monotonic()``)."""
+
+    def health(self, level: Level) -> Verdict: ...
+    def shutdown(self) -> object | None:
+        """Something (its description) while the pod shuts down, else None."""
+
+    def timeline(self) -> Timeline | None: ...
+
+
+def render_metrics(ops: PodView) -> str:
     processes = list(ops.processes.values())
     lines: list[str] = []
 

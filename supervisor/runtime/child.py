@@ -21,6 +21,7 @@ import trio
 
 from .._status import ExitStatus
 from ..config import ProcessSpec
+from ..pid1.exits import ExitCode
 from .spawn import spawn_options
 
 __all__ = ["Child", "open_child", "shell_join", "spawn_failure"]
@@ -91,15 +92,15 @@ def spawn_failure(spec: ProcessSpec, exc: BaseException) -> ExitStatus:
     program = spec.command[0]
     if isinstance(exc, FileNotFoundError) and exc.filename == spec.cwd and spec.cwd:
         log.error("cannot start %s: working directory %s does not exist", spec.name, spec.cwd)
-        return ExitStatus(code=127)
+        return ExitStatus(code=int(ExitCode.NOT_FOUND))
     if isinstance(exc, FileNotFoundError):
         log.error("cannot start %s: %s: command not found", spec.name, program)
-        return ExitStatus(code=127)
+        return ExitStatus(code=int(ExitCode.NOT_FOUND))
     if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EISDIR, errno.EPERM):
         log.error("cannot start %s: %s: %s (not executable)", spec.name, program, exc.strerror)
-        return ExitStatus(code=126)
+        return ExitStatus(code=int(ExitCode.NOT_EXECUTABLE))
     log.error("cannot start %s: %s", spec.name, exc)
-    return ExitStatus(code=126)
+    return ExitStatus(code=int(ExitCode.NOT_EXECUTABLE))
 
 
 def shell_join(argv: tuple[str, ...], limit: int = 120) -> str:

@@ -49,10 +49,10 @@ from types import MappingProxyType
 import prctl
 
 from supervisor.config._model import ProcessSpec
+from supervisor.pid1.exits import ExitCode
 
 __all__ = [
     "CAPABILITIES",
-    "PREEXEC_FAILED_STATUS",
     "PrivilegeError",
     "PrivilegePlan",
     "check_privileges",
@@ -60,9 +60,6 @@ __all__ = [
     "plan_privileges",
     "preexec_for",
 ]
-
-PREEXEC_FAILED_STATUS = 126
-"""Exit status of a child whose privilege change failed ("cannot execute")."""
 
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
@@ -165,7 +162,8 @@ class PrivilegePlan:
                 try:
                     write(2, prefix + step + b": " + reason.encode() + b"\n")
                 finally:
-                    exit_now(PREEXEC_FAILED_STATUS)
+                    # "Cannot execute", as for a program without the x bit.
+                    exit_now(ExitCode.NOT_EXECUTABLE)
 
         return drop_privileges
 

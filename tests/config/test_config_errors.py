@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -639,11 +640,27 @@ def test_invalid_utf8_points_at_the_byte(tmp_path: Path) -> None:
     assert str(caught.value) == (f"{path}:2:14: the file is not valid UTF-8 text (byte 0xe9); save it as UTF-8")
 
 
-def test_deep_nesting_is_a_config_error(write: WriteFile) -> None:
+@pytest.mark.parametrize("recursion_limit", [1000, 100_000])
+def test_deep_nesting_is_a_config_error_whatever_the_recursion_limit(write: WriteFile, recursion_limit: int) -> None:
+    # The limit is the file's, not the interpreter's: a test framework (or
+    # an embedder) that raised the recursion limit once made this document
+    # parse, and the error became "expected a mapping".
     path = write("processes: " + "[" * 5000 + "]" * 5000)
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(recursion_limit)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            load_config(path, {})
+    finally:
+        sys.setrecursionlimit(previous)
+    assert str(caught.value) == f"{path}:1:111: invalid YAML: collections nested more than 100 levels deep"
+
+
+def test_nesting_up_to_the_limit_is_read(write: WriteFile) -> None:
+    path = write("processes: " + "[" * 99 + "]" * 99)
     with pytest.raises(ConfigError) as caught:
         load_config(path, {})
-    assert "nested too deeply" in str(caught.value)
+    assert "processes[0]: expected a mapping, got a list" in str(caught.value)
 
 
 def test_billion_laughs_is_cheap_and_rejected(write: WriteFile) -> None:

@@ -251,6 +251,7 @@ def test_status_shows_the_shutdown_and_the_deadline_left(tmp_path: Path) -> None
         answer = wait_status(sup, lambda a: a["shutdown"] is not None)
         shutdown = answer["shutdown"]
         assert shutdown["reason"] == "received SIGTERM"
+        assert shutdown["state"] == "stopping"
         assert 0 < shutdown["deadline_left"] <= 20
         assert shutdown["phase"] == "stop slow"
         assert row(answer, "slow")["state"] == "stopping" and not answer["ready"]

@@ -14,6 +14,7 @@ import trio.testing
 
 from supervisor import SKIP, Config, ConfigError, Deadline, HookFailed, Settings, Timeline, hookimpl
 from supervisor._pluginhost import PluginHost
+from tests.helpers import empty_host
 
 
 class Sleeper:
@@ -100,7 +101,7 @@ def _host(plugins: Mapping[str, object], sections: Mapping[str, Mapping[str, Any
     config = Config(
         plugins={name: Settings.from_mapping(sections.get(name, {}), path=f"plugins.{name}") for name in plugins}
     )
-    host = PluginHost.empty()
+    host = empty_host()
     for name, plugin in plugins.items():
         host.add(name, plugin)
     host.enable(config)
@@ -221,7 +222,7 @@ async def test_a_process_event_is_not_waited_for_and_is_bounded(autojump_clock: 
 
 async def test_plugins_not_enabled_are_not_called(autojump_clock: trio.testing.MockClock) -> None:
     notes: list[tuple[str, float, float]] = []
-    host = PluginHost.empty()
+    host = empty_host()
     host.add("idle", Sleeper("idle", 1.0, notes))
     host.describe()  # registers every installed plugin with pluggy
     _bind(host)

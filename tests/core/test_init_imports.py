@@ -48,6 +48,23 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles(graph) == [["p.a", "p.b", "p.c"]]
 
 
+def test_the_subpackages_have_no_import_cycles() -> None:
+    # One arrow between two subpackages, whichever of their modules it runs
+    # between: supervisor.control may use supervisor.health or the reverse,
+    # not both, even when no two modules import each other.
+    graph = _package_graph(_import_graph())
+    assert {"supervisor.control", "supervisor.health", "supervisor.runtime", "supervisor.config"} <= set(graph)
+    cycles = _cycles(graph)
+    assert cycles == [], cycles
+
+
+def test_the_package_graph_finds_a_cycle_no_two_modules_make() -> None:
+    # p.x.a → p.y.b and p.y.c → p.x.d: no module cycle, a package one.
+    modules = {"p.x.a": {"p.y.b"}, "p.y.b": set(), "p.y.c": {"p.x.d"}, "p.x.d": set(), "p.top": {"p.x.a"}}
+    assert _cycles(modules) == []
+    assert _cycles(_package_graph(modules, root="p")) == [["p.x", "p.y"]]
+
+
 # -- reading the package -----------------------------------------------------------
 
 
@@ -142,6 +159,22 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node in reach[node]
     }
     return sorted(sorted(group) for group in groups)
+
+
+def _package_graph(graph: dict[str, set[str]], root: str = "supervisor") -> dict[str, set[str]]:
+    """The module graph with each subpackage of ``root`` as one node (its
+    modules and subpackages folded into it); the modules directly in
+    ``root`` stay nodes of their own."""
+
+    def node(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if parts[0] == root and len(parts) > 1 else module
+
+    folded: dict[str, set[str]] = {}
+    for module, imports in graph.items():
+        edges = folded.setdefault(node(module), set())
+        edges.update(node(target) for target in imports if node(target) != node(module))
+    return folded
 
 
 def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:

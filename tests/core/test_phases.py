@@ -1,21 +1,67 @@
 """``PhasePlugin`` covers every phase of ``PHASES`` through the same hooks a
-third party implements, and ``read_phase`` accepts exactly those phases."""
+third party implements, and ``read_phase`` accepts exactly those phases.
+The phases are one enum, ``Phase``, whose members are their plain names."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
-from supervisor import PHASES, PROCESS_PHASES, Config, Deadline, PhasePlugin, Settings, Timeline, hookspec
-from supervisor._pluginhost import PluginHost
+from supervisor import PHASES, PROCESS_PHASES, Config, Deadline, Phase, PhasePlugin, Settings, Timeline, hookspec
+from supervisor._plan import ShutdownPlan
+from tests.helpers import empty_host
 
 
 def test_every_phase_is_a_hook_of_the_specification() -> None:
-    specified = {name.removeprefix("supervisor_") for name in dir(hookspec) if name.startswith("supervisor_")}
-    assert set(PHASES) <= specified
+    specified = {name for name in dir(hookspec) if name.startswith("supervisor_")}
+    assert {phase.hook for phase in PHASES} <= specified
     assert set(PHASES) >= PROCESS_PHASES
+    # The process's stop itself is the plan's own step: no hook.
+    assert Phase.STOP not in PHASES and "supervisor_stop" not in specified
+    with pytest.raises(ValueError, match="no hook is called in the stop phase"):
+        Phase.STOP.hook  # noqa: B018
+
+
+def test_the_phases_are_their_plain_names_for_plugins() -> None:
+    # What plugins and YAML files have always used, in the same order.
+    assert PHASES == (
+        "startup",
+        "shutdown_started",
+        "pre_stop",
+        "wind_down",
+        "before_process_stop",
+        "after_process_stop",
+        "post_stop",
+    )
+    assert {"before_process_stop", "after_process_stop"} == PROCESS_PHASES
+    assert all(isinstance(phase, Phase) for phase in PHASES)
+    assert f"{Phase.PRE_STOP} hooks" == "pre_stop hooks"
+    assert json.dumps({"phase": Phase.WIND_DOWN}) == '{"phase": "wind_down"}'
+    assert {"pre_stop": 1}[Phase.PRE_STOP] == 1
+
+
+async def test_the_plan_calls_each_phase_and_records_it_by_the_enum(autojump_clock: trio.testing.MockClock) -> None:
+    calls: list[str] = []
+
+    async def run(ctx: object, phase: str, deadline: object, process: object, status: object) -> list[str]:
+        calls.append(phase)
+        return [phase]
+
+    host = empty_host()
+    host.add("acts", PhasePlugin(configure=lambda settings, config: None, run=run))
+    host.enable(Config(plugins={"acts": Settings.from_mapping({}, path="plugins.acts")}))
+    timeline = Timeline()
+    host.bind(Config(), {}, timeline, trio.Event())
+    await ShutdownPlan(host, [], timeline, trio.Event()).run(Deadline(30), "received SIGTERM")
+    # No process: no per-process phase; wind_down runs beside pre_stop.
+    assert sorted(calls) == sorted(["shutdown_started", "pre_stop", "wind_down", "post_stop"])
+    steps = {step.phase for step in timeline.steps}
+    assert steps == {Phase.SHUTDOWN_STARTED, Phase.PRE_STOP, Phase.WIND_DOWN, Phase.POST_STOP}
+    assert all(type(step.phase) is Phase for step in timeline.steps)
 
 
 async def test_phase_plugin_runs_its_entries_in_every_phase(autojump_clock: trio.testing.MockClock) -> None:
@@ -25,7 +71,7 @@ async def test_phase_plugin_runs_its_entries_in_every_phase(autojump_clock: trio
         calls.append((phase, getattr(process, "name", None)))
         return [] if phase == "post_stop" else [phase]
 
-    host = PluginHost.empty()
+    host = empty_host()
     host.add("acts", PhasePlugin(configure=lambda settings, config: None, run=run))
     host.enable(Config(plugins={"acts": Settings.from_mapping({}, path="plugins.acts")}))
     timeline = Timeline()

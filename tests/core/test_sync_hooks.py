@@ -13,6 +13,7 @@ import trio
 from supervisor import Deadline, Timeline, hookimpl
 from supervisor._pluginhost import PluginHost
 from supervisor.config import load_config
+from tests.helpers import empty_host
 
 
 class Blocking:
@@ -35,7 +36,7 @@ def _host(tmp_path: Path, plugin: object) -> tuple[PluginHost, Timeline]:
     path = tmp_path / "deploy.yaml"
     path.write_text("plugins:\n  blocking: {}\n")
     config = load_config(str(path), environ={})
-    host = PluginHost.empty()
+    host = empty_host()
     host.add("blocking", plugin)
     host.enable(config)
     timeline = Timeline()

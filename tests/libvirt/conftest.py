@@ -13,7 +13,7 @@ from typing import Any
 import libvirt
 import pytest
 
-from tests.libvirt.lv_daemon import Libvirtd
+from tests.libvirt.lv_daemon import Libvirtd, sweep_dead_runs
 from tests.libvirt.lv_guestimage import GuestImage, build
 from tests.libvirt.lv_guests import Guests
 
@@ -56,6 +56,9 @@ def guest_image() -> GuestImage:
 def libvirtd() -> Iterator[Libvirtd]:
     if shutil.which("libvirtd") is None and not Path("/usr/sbin/libvirtd").exists():
         pytest.fail("libvirtd is missing: run the Makefile's setup (libvirt-daemon-system)")
+    # Guests of a run killed before its cleanup would hold memory and CPU
+    # on the machine for good.
+    sweep_dead_runs()
     daemon = Libvirtd()
     try:
         daemon.start()

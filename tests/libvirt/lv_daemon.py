@@ -44,10 +44,19 @@ stdio_handler = "file"
 """
 
 
+# Each instance's directory is /tmp/svlv-XXXX; its ``owner`` file holds the
+# PID of the test process that made it, so a later run can tell the
+# directories of runs that were killed (their owner gone) from those of
+# runs still going (another checkout's suite, say).
+_PREFIX = "svlv-"
+_OWNER = "owner"
+
+
 class Libvirtd:
     def __init__(self, base: Path | None = None) -> None:
         # Short path: unix socket names are limited to 108 bytes.
-        self.base = Path(tempfile.mkdtemp(prefix="svlv-")) if base is None else base
+        self.base = Path(tempfile.mkdtemp(prefix=_PREFIX)) if base is None else base
+        (self.base / _OWNER).write_text(f"{os.getpid()} {_start_time(os.getpid())}")
         self.socket = self.base / "sock" / "libvirt-sock"
         self.uri = f"qemu:///system?socket={self.socket}"
         self.log_file = self.base / "libvirtd.log"
@@ -141,3 +150,48 @@ def kill_qemu_under(path: Path) -> None:
         if b"qemu-system" in cmdline.split(b"\0", 1)[0] and marker in cmdline:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks (field 22 of its stat): with
+    the PID, it names one process even after the PID is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[19]
+
+
+def sweep_dead_runs(root: Path | None = None) -> list[Path]:
+    """Kill the QEMU guests and libvirtds of test runs that were killed
+    before their cleanup, and remove their directories; returns those.
+
+    A run's directory is left alone while the process that made it lives.
+    A directory without an owner file is one being made right now.
+    """
+    swept = []
+    for base in (root or Path(tempfile.gettempdir())).glob(f"{_PREFIX}*"):
+        try:
+            pid, _, started = (base / _OWNER).read_text().partition(" ")
+        except OSError:
+            continue
+        if pid.isdigit() and started and _start_time(int(pid)) == started:
+            continue
+        _kill_libvirtd_of(base)
+        kill_qemu_under(base)
+        shutil.rmtree(base, ignore_errors=True)
+        swept.append(base)
+    return swept
+
+
+def _kill_libvirtd_of(base: Path) -> None:
+    """SIGKILL the libvirtd of a dead run, by the PID in its pid file, if
+    that process is still a libvirtd started with this run's config."""
+    try:
+        pid = int((base / "libvirtd.pid").read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return
+    if cmdline.startswith(LIBVIRTD.encode()) and str(base).encode() in cmdline:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

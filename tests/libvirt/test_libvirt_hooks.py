@@ -21,8 +21,8 @@ from supervisor_libvirt import (
 from supervisor_libvirt._metadata import KEY, NAMESPACE, ShutdownRequest
 
 from supervisor import SKIP, Context, Deadline, HookFailed, Settings, Timeline
-from supervisor._pluginhost import PluginHost
 from supervisor.config import Config, ProcessSpec
+from tests.helpers import empty_host
 from tests.libvirt import lv_testdriver as td
 
 CONFIG = Config(
@@ -116,7 +116,7 @@ async def test_hook_timeout_in_the_section_does_not_stop_the_enforcer(testconn: 
         processes=CONFIG.processes,
         plugins={"libvirt": Settings.from_mapping(section, path="plugins.libvirt")},
     )
-    host = PluginHost.empty()
+    host = empty_host()
     host.add("libvirt", supervisor_libvirt)
     host.enable(config)
     host.bind(config, {}, Timeline(), trio.Event())

@@ -20,9 +20,9 @@ import trio
 
 from supervisor.config._model import Capabilities, ProcessSpec
 from supervisor.config._process import CAPABILITIES as CONFIG_CAPABILITIES
+from supervisor.pid1.exits import ExitCode
 from supervisor.runtime.privileges import (
     CAPABILITIES,
-    PREEXEC_FAILED_STATUS,
     PrivilegeError,
     check_privileges,
     plan_privileges,
@@ -387,5 +387,5 @@ def test_a_failing_call_in_the_child_exits_126_with_a_message() -> None:
     )
     assert result.returncode == 0, result.stderr
     code, message = result.stdout.split("\n", 1)
-    assert int(code) == PREEXEC_FAILED_STATUS
+    assert int(code) == ExitCode.NOT_EXECUTABLE == 126
     assert message.startswith("supervisor: web: cannot drop privileges: setresuid: ")

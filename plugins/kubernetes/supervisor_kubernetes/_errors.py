@@ -15,7 +15,3 @@ class APIError(Exception):
         super().__init__(message)
         self.status = status
         self.dropped = dropped
-
-    @property
-    def forbidden(self) -> bool:
-        return self.status in (401, 403)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -417,11 +416,6 @@ def get_request(name: str) -> Callable[[Any], RequestView]:
         return RequestView(dom.UUIDString(), active, request, config is not None)
 
     return op
-
-
-def log_failure(log: logging.Logger, what: str, exc: LibvirtFailure) -> None:
-    """One line per libvirt error, with its code."""
-    log.warning("%s: %s", what, exc)
 
 
 def names(domains: Iterable[Domain]) -> str:

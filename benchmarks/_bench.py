@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._sandbox import Channel, Sandbox
-from ._subjects import OURS, RunSpec, Subject
+from ._subjects import FLOOR, OURS, PLAN, RunSpec, Subject, plan_subject
 
 __all__ = ["Bench", "Run", "SetupError", "build_probe", "regular_install"]
 
@@ -89,6 +89,16 @@ class Bench:
     def anchors(self) -> list[Subject]:
         return [s for s in self.subjects if s.name != OURS]
 
+    @property
+    def plan(self) -> Subject:
+        """The supervisor measured, run with a configuration file (a main
+        process and one helper) instead of ``-- COMMAND``."""
+        return plan_subject(self.ours.executable)
+
+    @property
+    def floor(self) -> Subject | None:
+        return next((s for s in self.subjects if s.name == FLOOR), None)
+
     def say(self, message: str) -> None:
         if self.verbose:
             print(message, file=sys.stderr, flush=True)
@@ -126,6 +136,9 @@ class Bench:
         channel = Channel(directory / "s")
         if command is None:
             command = [str(self.probe), *(arg.format(sock=channel.path, dir=directory) for arg in role)]
+        if subject.name == PLAN:
+            # The plan's second process: the probe, silent until SIGTERM ends it.
+            spec.setdefault("helper", [str(self.probe), "idle", str(channel.path)])
         run_spec = RunSpec(command=list(command), **spec)  # type: ignore[arg-type]
         env = dict(run_spec.env)
         if subject.name == "supervisord":
@@ -185,7 +198,7 @@ class Run:
         code = self.sandbox.exit_code()
         if code != expected:
             figure_problems.append(f"exit status {code}, expected {expected}")
-        if self.subject.name == OURS:
+        if self.subject.name in (OURS, PLAN):
             crash = _traceback(self.sandbox.output(lines=10_000))
             if crash:
                 figure_problems.append(f"a traceback in the supervisor's log: {crash}")

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from ._bench import REPO, Bench, SetupError, regular_install
 from ._report import machine, render_table, write_json, write_markdown
 from ._results import Figure, Row, Target
-from ._subjects import ANCHORS, OURS, Subject, subject_version, subjects, supervisor_executable
+from ._subjects import ANCHORS, FLOOR, OURS, Subject, subject_version, subjects, supervisor_executable
 from .scenarios import SCENARIOS
 
 __all__ = ["main"]
@@ -33,7 +33,8 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> _Parser:
     parser = _Parser(
         prog="python -m benchmarks",
-        description="Measure the supervisor as PID 1 against tini, dumb-init, catatonit and supervisord.",
+        description="Measure the supervisor as PID 1 against a minimal Python init (the floor), tini, dumb-init,"
+        " catatonit and supervisord.",
     )
     parser.add_argument(
         "--smoke", action="store_true", help="every scenario once at a tiny size; checks answers, not timings"
@@ -80,7 +81,7 @@ def main(argv: Sequence[str]) -> int:
         ours = supervisor_executable() if args.editable else regular_install(verbose=not args.quiet)
         if not args.quiet:
             print(f"measuring {ours}", file=sys.stderr)
-        chosen = subjects([OURS, *[a for a in ANCHORS if a not in missing]], ours)
+        chosen = subjects([OURS, FLOOR, *[a for a in ANCHORS if a not in missing]], ours)
         return _run(args, chosen, missing, json_path, docs_path)
     except SetupError as exc:
         print(f"python -m benchmarks: {exc}", file=sys.stderr)

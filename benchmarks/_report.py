@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ._results import Figure, Row
-from ._subjects import ANCHORS
+from ._subjects import ANCHORS, FLOOR
 
 __all__ = ["render_markdown", "write_json", "write_markdown"]
 
@@ -67,12 +67,32 @@ def _cell(figure: Figure | None) -> str:
     return text.replace("|", "\\|")
 
 
+def _target(row: Row) -> str:
+    """The target's text; a multiple of the floor also says what it came to."""
+    if row.target.of_floor is None:
+        return row.target.text
+    limit = row.limit
+    return f"{row.target.text} ({_number(limit)} {row.unit})" if limit is not None else row.target.text
+
+
 def render_table(rows: Sequence[Row]) -> list[str]:
-    head = ["scenario", "measure", "unit", "supervisor", *ANCHORS, "other baseline", "ratio", "target", "result"]
+    head = [
+        "scenario",
+        "measure",
+        "unit",
+        "supervisor",
+        FLOOR,
+        "× floor",
+        *ANCHORS,
+        "other baseline",
+        "× best anchor",
+        "target",
+        "result",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         anchors = [_cell(row.anchors.get(name)) for name in ANCHORS]
-        others = [f"{name}: {_cell(figure)}" for name, figure in row.anchors.items() if name not in ANCHORS]
+        others = [f"{name}: {_cell(f)}" for name, f in row.anchors.items() if name not in (*ANCHORS, FLOOR)]
         best = row.best_anchor
         ratio = f"{row.ratio:.2f}× {best[0]}" if row.ratio is not None and best else "—"
         status = {"pass": "**pass**", "fail": "**FAIL**"}.get(row.status, row.status)
@@ -81,10 +101,12 @@ def render_table(rows: Sequence[Row]) -> list[str]:
             row.measure,
             row.unit,
             _cell(row.ours),
+            _cell(row.anchors.get(FLOOR)),
+            f"{row.floor_ratio:.2f}×" if row.floor_ratio is not None else "—",
             *anchors,
             "; ".join(others) or "—",
             ratio,
-            row.target.text,
+            _target(row),
             status,
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -143,18 +165,20 @@ def _gap(row: Row) -> str:
     what = f"{row.scenario} ({row.measure})"
     if row.ours.value is None and not row.ours.problems:
         return f"{what}: {row.ours.note}"
+    if row.target.of_floor is not None and row.floor is None and not row.ours.problems:
+        return f"{what}: the Python floor was not measured in this run, so {row.target.text} cannot be judged"
     if row.ours.problems:
         value = f"{_number(row.ours.value)} {row.unit}" if row.ours.value is not None else "no figure"
         return f"{what}: {value}, but wrong: {'; '.join(row.ours.problems)}"
     assert row.ours.value is not None
-    limit = row.target.limit
+    limit = row.limit
     if limit and row.target.tolerance is None:
-        factor = f", {row.ours.value / limit:.1f}× the target"
+        factor = f", {row.ours.value / limit:.2f}× the target"
     elif limit is not None and row.target.tolerance is not None:
         factor = f", off by {abs(row.ours.value - limit) * 1000:.0f} ms"
     else:
         factor = ""
-    return f"{what}: {_number(row.ours.value)} {row.unit} against {row.target.text}{factor}"
+    return f"{what}: {_number(row.ours.value)} {row.unit} against {_target(row)}{factor}"
 
 
 def write_markdown(path: Path, rows: Sequence[Row], meta: dict[str, Any]) -> None:

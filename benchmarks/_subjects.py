@@ -5,10 +5,16 @@ extra YAML for the supervisor) into the argv that becomes PID 1.  The C inits
 take the command directly; supervisord gets a generated INI file, with the
 event listener its users add so that it exits when its program does (it has
 no such option of its own).
+
+Two more are not inits of their own: the Python floor (floor_init.py, run by
+the interpreter of the supervisor measured, the least a Python PID 1 costs)
+and the supervisor with a plan (a configuration file naming the main process
+and one helper process, which needs the orchestrator).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import textwrap
@@ -16,10 +22,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ANCHORS", "OURS", "RunSpec", "Subject", "subject_version"]
+from ._results import FLOOR
+
+__all__ = ["ANCHORS", "FLOOR", "OURS", "PLAN", "RunSpec", "Subject", "floor_subject", "plan_subject", "subject_version"]
 
 OURS = "supervisor"
+PLAN = "supervisor with a plan"
 ANCHORS = ("tini", "dumb-init", "catatonit", "supervisord")
+# The C inits take the command directly, after these options.
+_C_INITS = {"tini": ["--"], "dumb-init": [], "catatonit": ["--"]}
+FLOOR_INIT = Path(__file__).resolve().parent / "floor_init.py"
 
 
 @dataclass(frozen=True)
@@ -32,6 +44,7 @@ class RunSpec:
     env: dict[str, str] = field(default_factory=dict)
     exit_with_main: bool = True  # supervisord: add the exit-on-main-exit listener
     main_in_yaml: bool = False  # the supervisor's YAML names the main process; no `-- COMMAND`
+    helper: Sequence[str] = ()  # the second process of the supervisor with a plan
 
 
 @dataclass(frozen=True)
@@ -54,12 +67,15 @@ class Subject:
             if spec.grace is not None:
                 argv += ["--grace-period", f"{spec.grace:g}s"]
             return argv if spec.main_in_yaml else [*argv, "--", *command]
-        if self.name == "tini":
-            return [self.executable, "--", *command]
-        if self.name == "dumb-init":
-            return [self.executable, *command]
-        if self.name == "catatonit":
-            return [self.executable, "--", *command]
+        if self.name == PLAN:
+            config = workdir / "plan.yaml"
+            config.write_text(_plan_yaml(command, spec.helper))
+            argv = [self.executable, "-c", str(config)]
+            return argv + (["--grace-period", f"{spec.grace:g}s"] if spec.grace is not None else [])
+        if self.name == FLOOR:
+            return [self.executable, str(FLOOR_INIT), *command]
+        if self.name in _C_INITS:
+            return [self.executable, *_C_INITS[self.name], *command]
         if self.name == "supervisord":
             return [self.executable, "-n", "-c", str(_supervisord_ini(spec, workdir))]
         raise ValueError(f"unknown subject {self.name}")
@@ -75,6 +91,7 @@ def subjects(names: Sequence[str], supervisor: str) -> list[Subject]:
     """The subjects called ``names``; ``supervisor`` is our CLI's path."""
     executables = {
         OURS: supervisor,
+        FLOOR: floor_subject(supervisor).executable,
         "tini": "tini",
         "dumb-init": "dumb-init",
         "catatonit": "catatonit",
@@ -83,8 +100,35 @@ def subjects(names: Sequence[str], supervisor: str) -> list[Subject]:
     return [Subject(name, executables[name]) for name in names]
 
 
+def floor_subject(supervisor: str) -> Subject:
+    """The Python floor, run by the interpreter the supervisor's console
+    script runs on (the same venv, so the same start-up work), else this one."""
+    python = Path(supervisor).parent / "python"
+    return Subject(FLOOR, str(python) if python.exists() else sys.executable)
+
+
+def plan_subject(supervisor: str) -> Subject:
+    return Subject(PLAN, supervisor)
+
+
+def _plan_yaml(main: Sequence[str], helper: Sequence[str]) -> str:
+    """A main process and one helper, nothing else: the smallest plan the
+    orchestrator is needed for.  (JSON lists are YAML flow sequences.)"""
+    if not helper:
+        raise ValueError("the supervisor with a plan needs its helper's command")
+    return (
+        "processes:\n"
+        f"  - name: main\n    main: true\n    command: {json.dumps(list(main))}\n"
+        f"  - name: helper\n    command: {json.dumps(list(helper))}\n"
+    )
+
+
 def subject_version(subject: Subject) -> str:
-    """The Debian package version of an anchor, or the supervisor's own."""
+    """The Debian package version of an anchor, the supervisor's own, or the
+    Python version the floor runs on."""
+    if subject.name == FLOOR:
+        version = _output([subject.executable, "-c", "import platform; print(platform.python_version())"])
+        return f"{version.strip() or 'unknown'} (benchmarks/floor_init.py on the supervisor's interpreter)"
     if subject.name == OURS:
         # From the CLI measured, which need not be this interpreter's.
         words = _output([subject.executable, "--version"]).split()

@@ -11,6 +11,7 @@
  *   probe wait-exit FIFO SOCK            "ready"; block until a byte arrives on FIFO; stamp "exit"; exit 0
  *   probe term-exit SOCK                 "ready"; stamp "term" and exit 0 on SIGTERM
  *   probe ignore-term SOCK               "ready"; ignore SIGTERM, sleep until killed
+ *   probe idle SOCK                      report nothing; exit 0 on SIGTERM (a plan's second process)
  *   probe orphans SOCK OUT N BURST       make N orphans, BURST at a time; write zombie ages (ns) to OUT
  *                                        (a separate observer process watches them being reaped)
  *
@@ -88,6 +89,11 @@ static void on_usr1(int signo) {
 static void on_term_exit(int signo) {
     (void)signo;
     send_event("term", now_ns(), -1);
+    _exit(0);
+}
+
+static void on_quiet_exit(int signo) {
+    (void)signo;
     _exit(0);
 }
 
@@ -300,6 +306,10 @@ int main(int argc, char **argv) {
     if (strcmp(role, "term-exit") == 0) {
         handle(SIGTERM, on_term_exit);
         send_event("ready", now_ns(), -1);
+        sleep_forever();
+    }
+    if (strcmp(role, "idle") == 0) {
+        handle(SIGTERM, on_quiet_exit);
         sleep_forever();
     }
     if (strcmp(role, "ignore-term") == 0) {

@@ -6,7 +6,6 @@ targets, cycles, a single main) live in ``_load``.
 
 from __future__ import annotations
 
-import difflib
 import grp
 import pwd
 import re
@@ -181,5 +180,7 @@ def _capability_names(section: Settings, key: str, *, allow_all: bool) -> tuple[
 
 
 def _closest(name: str) -> str | None:
+    import difflib  # only for a wrong name: not in the memory of every run
+
     matches = difflib.get_close_matches(name, sorted(CAPABILITIES), n=1, cutoff=0.7)
     return matches[0] if matches else None

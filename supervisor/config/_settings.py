@@ -8,7 +8,6 @@ Problems are recorded, not raised: the caller reports all of them at once.
 
 from __future__ import annotations
 
-import difflib
 import math
 import shlex
 from collections.abc import Iterable, Mapping
@@ -104,6 +103,8 @@ class Settings:
         for key in self._values:
             if key in known:
                 continue
+            import difflib  # only for a wrong key: not in the memory of every run
+
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             if close:
                 hint = f"did you mean {close[0]!r}?"

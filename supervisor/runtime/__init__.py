@@ -3,11 +3,20 @@
 ``SupervisedProcess`` needs trio; ``privileges`` and ``spawn`` do not, and the
 command line uses them before trio is imported (see ``supervisor.cli``), so
 the package exports lazily.
+
+Importing the package means trio is coming (the orchestrator imports it
+before trio): it first defers the modules trio imports for TLS, DTLS and
+international host names, which a supervisor without HTTPS never uses
+(``supervisor._deferred``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from .._deferred import defer
+
+defer("ssl", "hmac", "idna")
 
 if TYPE_CHECKING:
     from .process import ProcessEvents as ProcessEvents

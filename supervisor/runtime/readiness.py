@@ -22,7 +22,6 @@ from collections.abc import Mapping
 
 import trio
 
-from supervisor._http import HttpRequest
 from supervisor._redact import redact_url
 from supervisor._units import format_duration, signal_name
 from supervisor.config._model import ReadyCheck
@@ -157,6 +156,8 @@ class ReadyProbe:
         # Imported here, as HttpRequest does: the email package it pulls in
         # is ~2 MiB that a supervisor without HTTP probes should not carry.
         import http.client
+
+        from supervisor._http import HttpRequest
 
         limit = self._limit(HTTP_TIMEOUT)
         # Like kubelet's HTTPS probes, no certificate check: the process's

@@ -84,6 +84,10 @@ def _problems(row: dict[str, Any]) -> list[str]:
 def check_every_scenario_is_measured_for_the_supervisor(data: dict[str, Any]) -> None:
     rows = data["rows"]
     assert {row["scenario"] for row in rows} == SCENARIOS
+    # Start-up, signal p50 and memory again with a plan, judged against the same run's floor.
+    with_plan = [row for row in rows if "with a plan" in row["measure"]]
+    assert sorted(row["scenario"] for row in with_plan) == ["memory", "signal forwarding", "start-up"]
+    assert all(row["anchors"]["Python floor"]["value"] is not None for row in with_plan)
     unmeasured = [(row["scenario"], row["supervisor"]["note"]) for row in rows if row["supervisor"]["value"] is None]
     assert not unmeasured
 
@@ -101,7 +105,7 @@ def check_the_anchors_are_measured_in_the_same_run(data: dict[str, Any]) -> None
         by_scenario.setdefault(row["scenario"], row)  # memory: the idle row before the Kubernetes one
     for scenario in ("start-up", "orphan storm", "exit latency", "memory"):
         anchors = by_scenario[scenario]["anchors"]
-        assert {"tini", "dumb-init", "catatonit", "supervisord"} <= set(anchors)
+        assert {"Python floor", "tini", "dumb-init", "catatonit", "supervisord"} <= set(anchors)
         assert all(figure["value"] is not None for figure in anchors.values()), (scenario, anchors)
     # supervisord forwards no signals and the C inits never escalate: said, not hidden.
     signals = by_scenario["signal forwarding"]["anchors"]
@@ -112,7 +116,7 @@ def check_the_anchors_are_measured_in_the_same_run(data: dict[str, Any]) -> None
 
 def check_the_table_is_regenerated(data: dict[str, Any], docs: str) -> None:
     table = [line for line in docs.splitlines() if line.startswith("| ")]
-    assert table[0].startswith("| scenario | measure | unit | supervisor | tini |")
+    assert table[0].startswith("| scenario | measure | unit | supervisor | Python floor | × floor | tini |")
     assert len(table) == 1 + len(data["rows"])
     assert data["meta"]["smoke"] is True
 

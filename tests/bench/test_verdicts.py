@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from benchmarks._bench import _traceback
-from benchmarks._results import Figure, Row, Target, percentile
+from benchmarks._results import FLOOR, Figure, Row, Target, percentile
 
 
 def row(ours: Figure, **anchors: Figure) -> Row:
@@ -74,3 +74,39 @@ def test_a_partial_run_replaces_only_its_own_rows_and_is_listed() -> None:
         {"meta": meta, "rows": [r.as_json() for r in rows]}, [named("c", 7.0)], {**partial, "scenarios": ["c"]}
     )
     assert [m["scenarios"] for m in again["merged"]] == [["b", "c"], ["c"]]
+
+
+def floor_row(ours: Figure, floor: Figure | None) -> Row:
+    anchors = {"tini": Figure(0.5)} | ({FLOOR: floor} if floor is not None else {})
+    return Row("start-up", "median", "ms", Target.floor_multiple(1.5), ours, anchors)
+
+
+def test_a_floor_target_is_a_multiple_of_the_floor_in_the_same_row() -> None:
+    assert floor_row(Figure(15.0), Figure(10.0)).status == "pass"
+    assert floor_row(Figure(15.1), Figure(10.0)).status == "fail"
+    # Another run, another floor: the same figure is judged against it.
+    assert floor_row(Figure(15.1), Figure(12.0)).status == "pass"
+    assert floor_row(Figure(15.0), Figure(10.0)).floor_ratio == 1.5
+    assert floor_row(Figure(15.0), Figure(10.0)).limit == 15.0
+
+
+def test_without_a_right_floor_a_floor_target_is_not_judged() -> None:
+    assert floor_row(Figure(1.0), None).status == "not measured"
+    assert floor_row(Figure(1.0), Figure(10.0, problems=["exit status 1, expected 0"])).status == "not measured"
+    assert floor_row(Figure(1.0, problems=["a traceback"]), None).status == "fail"
+
+
+def test_the_table_shows_the_floor_its_ratio_and_the_limit_it_made() -> None:
+    from benchmarks._report import render_table
+
+    table = render_table([floor_row(Figure(20.0), Figure(10.0))])
+    head = [cell.strip() for cell in table[0].strip("|").split("|")]
+    cells = dict(zip(head, (cell.strip() for cell in table[2].strip("|").split("|")), strict=True))
+    assert (cells[FLOOR], cells["× floor"]) == ("10.0", "2.00×")
+    assert cells["target"] == "≤ 1.5 × Python floor (15.0 ms)" and cells["result"] == "**FAIL**"
+
+
+def test_a_floor_target_survives_a_merge() -> None:
+    row = floor_row(Figure(20.0), Figure(10.0))
+    again = Row.from_json(row.as_json())
+    assert again.target == row.target and again.status == "fail" and again.limit == 15.0

@@ -20,23 +20,23 @@ from typing import TYPE_CHECKING
 import trio
 
 from ._deadline import Deadline
-from ._early import ORCHESTRATOR_SIGNALS
-from ._initpipe import StatusPipe, wall_margin
 from ._log import LogSettings
 from ._logging import configure_logging
 from ._plan import ShutdownPlan
 from ._status import ExitStatus
 from ._timeline import Step, Timeline
-from ._units import PIPE_RELAY, SHUTDOWN_SIGNALS, format_duration, signal_name
+from ._units import PIPE_RELAY, format_duration, signal_name
 from .config import Config, ProcessSpec, start_levels
 from .control.service import Services
+from .pid1.early import ORCHESTRATOR_SIGNALS
+from .pid1.protocol import Log, MainPid, StatusPipe, wall_margin
 from .runtime import SupervisedProcess
 from .runtime.output import install_std_streams
 from .runtime.spawn import raise_open_files_limit
 
 if TYPE_CHECKING:
-    from ._early import EarlySignals
     from ._hooks import HookRunner
+    from .pid1.early import EarlySignals
 
 __all__ = ["EXIT_PROCESS_FAILED", "Orchestrator", "ShutdownRequest", "run_orchestrator"]
 
@@ -69,7 +69,7 @@ def run_orchestrator(  # noqa: PLR0913 - each is one fact of the start, passed o
     host: HookRunner,
     *,
     early: EarlySignals,
-    status_fd: int | None = None,
+    status: StatusPipe | None = None,
     inherited_fds: tuple[int, ...] = (),
     main_started: subprocess.Popen[bytes] | None = None,
     reload: Callable[[], Config] | None = None,
@@ -79,8 +79,8 @@ def run_orchestrator(  # noqa: PLR0913 - each is one fact of the start, passed o
     # After the main process's early start, which so keeps the runtime's limit.
     raise_open_files_limit()
     configure_logging(LogSettings(config.log_format, config.log_level))
-    status = StatusPipe(status_fd)
-    status.send(f"log {config.log_format} {config.log_level}")
+    status = status or StatusPipe(None)
+    status.send(Log(config.log_format, config.log_level))
     orchestrator = Orchestrator(
         config, host, early=early, inherited_fds=inherited_fds, main_started=main_started, status=status
     )
@@ -106,7 +106,7 @@ class Orchestrator:
         # Reads the file again for `supervisor replan` (the command line's
         # options applied on top); None: nothing to re-read.
         self._reload: Callable[[], Config] | None = None
-        # The init layer hears of the wall and the phases here (see _initpipe).
+        # PID 1 hears of the wall and the phases here (see pid1/protocol.py).
         self.status = status or StatusPipe(None)
         self.early = early
         self.processes = {
@@ -156,7 +156,7 @@ class Orchestrator:
 
     def adopt(self, config: Config) -> None:
         if config.grace_period != self.config.grace_period:
-            # PID 1's wall follows (supervisor/_initpipe.py).
+            # PID 1's wall follows (supervisor/pid1/protocol.py).
             self.status.grace(config.grace_period)
         self.config = config
         self.levels = self._levels(config)
@@ -293,9 +293,9 @@ class Orchestrator:
         if target == 0:
             # Dropped before anything else looks at it: a dropped SIGINT is
             # not a second stop signal either.
-            log.info("received %s: dropped (--rewrite)", signal_name(signo))
+            log.debug("received %s: dropped (--rewrite)", signal_name(signo))
             return
-        if signo in SHUTDOWN_SIGNALS:
+        if signo in self.config.shutdown_signals:
             if self.shutdown_requested.is_set():
                 log.warning("received %s again: escalating to SIGKILL now", signal_name(signo))
                 if self.deadline is not None:
@@ -329,7 +329,7 @@ class Orchestrator:
             delivered = process.send_signal(target, group=self.config.forward_to_group)
             where = "process group of " if self.config.forward_to_group else ""
             if delivered:
-                log.info(
+                log.debug(
                     "forwarded %s%s to %s%s (pid %s)",
                     signal_name(received),
                     rewritten,
@@ -348,8 +348,13 @@ class Orchestrator:
             queued, self._queued_signals = self._queued_signals, []
             for received, target in queued:
                 self._forward(received, target)
+        if process is self.main and process.pid is not None:
+            # From now on PID 1 forwards the main process's signals itself.
+            self.status.send(MainPid(process.pid))
 
     def process_exited(self, process: SupervisedProcess, status: ExitStatus, will_restart: bool) -> None:
+        if process is self.main:
+            self.status.send(MainPid(0))
         self._fire("supervisor_process_exited", process=process, status=status)
         if process.spec.main and not will_restart and not process.stopping:
             self.main_exited.set()

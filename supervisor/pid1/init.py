@@ -11,9 +11,9 @@ waits only for the processes it spawned.  Orphans re-parent here.
 Why this layer owns the deadline.  The orchestrator runs plugins' hooks, and
 a hook can stall its event loop (a CPU loop in an ``async def``, say); the
 grace period must end on time anyway.  This process runs nothing but this
-file, so it cannot hang: it knows the absolute kill time (the wall) from the
-moment a shutdown begins — the first SIGTERM/SIGINT it sees itself, or the
-orchestrator's report on the status pipe (see supervisor/_initpipe.py) — and
+package, so it cannot hang: it knows the absolute kill time (the wall) from
+the moment a shutdown begins — the first stop signal it sees itself, or the
+orchestrator's report on the status pipe (see supervisor/pid1/protocol.py) — and
 waits with ``sigtimedwait`` against it.  At the wall it SIGKILLs the
 orchestrator and everything it sweeps, logs one line saying what was still
 running and which step the shutdown had reached, and exits with 137.
@@ -24,7 +24,11 @@ init), so a SIGTERM during start-up would be lost.  Blocked signals are queued
 instead, for PID 1 too, and ``sigwaitinfo`` takes them in order; nothing here
 runs in a signal handler, so there is no re-entrancy to reason about.
 
-Sequence: block signals → fork the orchestrator (it installs recording
+Without a configuration (``supervisor -- COMMAND``) there is nothing for an
+orchestrator to do: PID 1 runs the command itself (supervisor/pid1/direct.py)
+with the same wall and sweep, and never imports trio.
+
+Sequence: block signals (supervisor/_main.py) → fork the orchestrator (it installs recording
 handlers and unblocks, so queued signals reach it) → loop until it exits or
 the wall: forward signals to it, reap orphans, read its reports → sweep
 survivors (TERM, re-scanning for processes that re-parent meanwhile, KILL at
@@ -39,28 +43,34 @@ import os
 import signal
 import sys
 import time
-from typing import NoReturn
 
-from ._initpipe import SECOND_SIGNAL_SLICE, STATUS_SIGNAL, WALL_EXIT_CODE, StopSignalTime
-from ._log import DEBUG, ERROR, INFO, WARNING, LogSettings, write
-from ._procstat import ProcStat, read_stat
-from ._status import ExitStatus
-from ._units import (
-    FORWARDABLE_SIGNALS,
-    PIPE_RELAY,
-    SHUTDOWN_SIGNALS,
-    format_duration,
-    parse_grace_period,
-    parse_signal,
-    signal_name,
+from .._log import DEBUG, ERROR, INFO, WARNING, LogSettings, write
+from .._procstat import ProcStat, read_stat
+from .._status import ExitStatus
+from .._units import FORWARDABLE_SIGNALS, PIPE_RELAY, SHUTDOWN_SIGNALS, format_duration, signal_name
+from .exits import ExitCode
+from .options import RunOptions
+from .protocol import (
+    SECOND_SIGNAL_SLICE,
+    STATUS_SIGNAL,
+    Grace,
+    Log,
+    MainPid,
+    Message,
+    Phase,
+    ShutdownSignals,
+    StatusReader,
+    StopSignalTime,
+    Wall,
 )
+from .state import ShutdownLifecycle, ShutdownState
 
-__all__ = ["main"]
+__all__ = ["BLOCKED", "InitLayer", "OrchestratorInit", "inherited_fds", "reset_ignored_signals"]
 
 # Everything that can be blocked.  TSTP/TTIN/TTOU are blocked too (and then
 # neither forwarded nor acted on) so that the init layer never stops itself.
 # STATUS_SIGNAL is how the status pipe wakes us.
-_BLOCKED = (frozenset(range(1, 32)) - {signal.SIGKILL, signal.SIGSTOP}) | {STATUS_SIGNAL}
+BLOCKED = (frozenset(range(1, 32)) - {signal.SIGKILL, signal.SIGSTOP}) | {STATUS_SIGNAL}
 
 # The grace period until the orchestrator reports the configured one, when
 # the command line has no --grace-period (the configuration's default).
@@ -73,87 +83,20 @@ _DEFAULT_SWEEP_SECONDS = 5.0
 _KILL_SECONDS = 2.0
 _SI_USER = 0  # si_code of a kill(2); the kernel's SIGIO has POLL_* codes.
 
-# Subcommands that do no supervising run in this process directly.
-_RUN_COMMAND = "run"
 
-
-def main() -> NoReturn:
-    """Console-script entry point."""
-    _isolate()
-    caller_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
-    _reset_ignored_signals()
-    args = sys.argv[1:]
-    if args and not args[0].startswith("-") and args[0] != _RUN_COMMAND:
-        # check, plugins, help, plugin subcommands: an ordinary program.
-        signal.pthread_sigmask(signal.SIG_SETMASK, caller_mask)
-        from .control.protocol import COMMANDS
-
-        if args[0] in COMMANDS:
-            # supervisor status, health...: the control socket's client,
-            # without even the CLI module's imports (exec probes run it
-            # every few seconds).
-            from .control.client import main as control_main
-
-            sys.exit(control_main(args))
-        from .cli import main as cli_main
-
-        sys.exit(cli_main(args))
-    code = InitLayer(args, inherited_fds=_inherited_fds()).run()
-    # Everything is done; interpreter shutdown would only delay the exit
-    # (about 7 ms), and with it the container's end.
-    with contextlib.suppress(OSError, ValueError):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(code)
-
-
-# The image's explicit choice to let PYTHONPATH and the user's site
-# directory reach the supervisor itself (plugins installed with pip --target).
-ALLOW_PYTHONPATH_ENV = "SUPERVISOR_ALLOW_PYTHONPATH"
-
-
-def _isolate() -> None:
-    """Run as ``python -I``: start again with that flag when PYTHONPATH or a
-    user site directory could decide what this process imports.
-
-    The supervisor runs as root while the directories on PYTHONPATH may be
-    the application's, writable by its dropped user: a ``json.py`` there
-    would run as root in every ``supervisor health`` exec probe, and a
-    ``.dist-info`` would replace a plugin.  The environment is not changed:
-    the processes started get PYTHONPATH as configured.  Nothing of the
-    package has run yet but its first imports; ``python -I -m supervisor``
-    (or ``-I`` in the script's first line, as the image has) isolates from
-    the first byte.
-    """
-    if sys.flags.isolated or os.environ.get(ALLOW_PYTHONPATH_ENV) == "1":
-        return
-    import site  # frozen and already imported at start-up: costs nothing
-
-    user_site = site.ENABLE_USER_SITE and site.USER_SITE in sys.path
-    if not (os.environ.get("PYTHONPATH") or user_site):
-        return
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name.endswith("__main__"):  # python -m supervisor
-        again = [sys.executable, "-I", "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
-    else:  # the console script
-        again = [sys.executable, "-I", sys.argv[0], *sys.argv[1:]]
-    os.execv(sys.executable, again)
-
-
-def _reset_ignored_signals() -> None:
+def reset_ignored_signals() -> None:
     """Ignored dispositions survive exec: a caller's ``nohup`` or ``trap ''``
     would otherwise reach every process we start.  Children start with
     default dispositions (SIGPIPE and SIGXFSZ, which Python itself ignores,
-    are restored by subprocess).  glibc reserves 32 and 33; they cannot be
-    changed from Python and are left as inherited."""
+    are restored by whoever starts a child).  glibc reserves 32 and 33; they
+    cannot be changed from Python and are left as inherited."""
     keep = {signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE, signal.SIGXFSZ}
     for signo in signal.valid_signals():
         if signo not in keep and signal.getsignal(signo) == signal.SIG_IGN:
             signal.signal(signo, signal.SIG_DFL)
 
 
-def _inherited_fds() -> tuple[int, ...]:
+def inherited_fds() -> tuple[int, ...]:
     """Descriptors the caller passed us (socket activation, say).  They go to
     the main process only; everything this program opens is close-on-exec."""
     fds = []
@@ -166,56 +109,17 @@ def _inherited_fds() -> tuple[int, ...]:
     return tuple(sorted(fds))
 
 
-class _Options:
-    """What this layer needs of the command line before the orchestrator
-    has parsed it properly: mistakes are left for the orchestrator to report."""
-
-    def __init__(self, args: list[str], log: LogSettings) -> None:
-        self.grace: float = _DEFAULT_GRACE
-        # Stop signals that --rewrite drops: they start no shutdown here either.
-        self.dropped: set[int] = set()
-        self.parent_death_signal: int | None = None
-        for name, value in _option_values(args):
-            with contextlib.suppress(ValueError):
-                self._apply(name, value, log)
-
-    def _apply(self, name: str, value: str, log: LogSettings) -> None:
-        if name == "--log-format":
-            log.format = value
-        elif name == "--log-level":
-            log.level = LogSettings("text", value).level
-        elif name in ("-v", "--verbose"):
-            log.level = DEBUG
-        elif name == "--grace-period":
-            # Out of bounds: the orchestrator says so and exits 2.
-            self.grace = parse_grace_period(value)
-        elif name == "--rewrite":
-            source, _, target = value.partition(":")
-            if parse_signal(target, allow_zero=True) == 0:
-                self.dropped.add(parse_signal(source))
-        elif name in ("-p", "--parent-death-signal"):
-            self.parent_death_signal = parse_signal(value)
-
-
-_TAKES_VALUE = frozenset({"--log-format", "--log-level", "--grace-period", "--rewrite", "-p", "--parent-death-signal"})
-
-
-def _option_values(args: list[str]) -> list[tuple[str, str]]:
-    """(option, value) pairs of the options above, in order, up to ``--``."""
-    found = []
-    for i, arg in enumerate(args):
-        if arg == "--":
-            break
-        name, sep, value = arg.partition("=")
-        if sep and name in _TAKES_VALUE:
-            found.append((name, value))
-        elif arg in _TAKES_VALUE and i + 1 < len(args):
-            found.append((arg, args[i + 1]))
-        elif arg.startswith("-p") and len(arg) > 2 and not arg.startswith("--"):
-            found.append(("-p", arg[2:]))
-        elif arg in ("-v", "--verbose") or (arg.startswith("-v") and set(arg[1:]) == {"v"}):
-            found.append(("-v", ""))
-    return found
+def log_settings(options: RunOptions) -> LogSettings:
+    """The environment's log settings with the command line's on top (the
+    configuration's arrive later, as a `Log` message)."""
+    log = LogSettings.from_environment()
+    if options.log_format is not None:
+        log.format = options.log_format
+    if options.log_level is not None:
+        log.level = LogSettings("text", options.log_level).level
+    if options.verbose:
+        log.level = DEBUG
+    return log
 
 
 def _processes() -> dict[int, ProcStat]:
@@ -229,24 +133,30 @@ def _processes() -> dict[int, ProcStat]:
 
 
 class InitLayer:
-    def __init__(self, args: list[str], inherited_fds: tuple[int, ...] = ()) -> None:
-        self.args = args
+    """PID 1's duties whatever its one child is (the orchestrator, or the main
+    process itself): reap, the shutdown's wall, the sweep.  Subclasses say
+    how the child starts, what a signal does to it and what its end means."""
+
+    child_name = "child"
+
+    def __init__(self, options: RunOptions, inherited_fds: tuple[int, ...] = ()) -> None:
+        self.options = options
         self.inherited_fds = inherited_fds
-        self.log = LogSettings.from_environment()
-        self.options = _Options(args, self.log)
+        self.log = log_settings(options)
         self.is_pid1 = os.getpid() == 1
         self.parent = os.getppid()
-        self.orchestrator = 0
-        self.orchestrator_status: int | None = None
-        self._pipe_buffer = b""
+        self.child = 0
+        self.child_status: int | None = None
+        self.shutdown = ShutdownLifecycle()
+        # The signals that start the shutdown (the configuration's may come
+        # later, as a message); a --rewrite to 0 drops one before anything.
+        self.shutdown_signals = options.shutdown_signals or SHUTDOWN_SIGNALS
         # The wall: the earliest of what we know (all time.monotonic()).
-        self.grace = self.options.grace
-        self.stop_signal_at: float | None = None  # our own first SIGTERM/SIGINT
-        self.stop_signal_time = StopSignalTime.share()  # ...and the orchestrator's view of it
+        self.grace = options.grace_period if options.grace_period is not None else _DEFAULT_GRACE
+        self.stop_signal_at: float | None = None  # our own first stop signal
         self.reported_wall: float | None = None  # the orchestrator's deadline
-        self.second_signal_wall: float | None = None
+        self.hurry_wall: float | None = None  # a second stop signal's
         self.phase = ""
-        self.wall_hit = False
         # -p's signal, when the parent was gone before we could ask for it.
         self._orphaned: int | None = None
 
@@ -255,7 +165,7 @@ class InitLayer:
 
     @property
     def wall(self) -> float | None:
-        candidates = [w for w in (self.reported_wall, self.second_signal_wall) if w is not None]
+        candidates = [w for w in (self.reported_wall, self.hurry_wall) if w is not None]
         if self.stop_signal_at is not None:
             candidates.append(self.stop_signal_at + self.grace)
         return min(candidates) if candidates else None
@@ -263,22 +173,40 @@ class InitLayer:
     def run(self) -> int:
         if not self.is_pid1:
             self._become_subreaper()
-        read_end, write_end = os.pipe()  # orchestrator → init; close-on-exec
-        self.orchestrator = os.fork()
-        if self.orchestrator == 0:
-            os.close(read_end)
-            os._exit(_orchestrator_child(self.args, write_end, self.inherited_fds))
-        os.close(write_end)
-        _wake_on_data(read_end)
+        self._start()
         if self._orphaned is not None:
             self._act_on(self._orphaned, sender=0)
-        self._supervise_orchestrator(read_end)
-        if self.wall_hit:
-            return WALL_EXIT_CODE
-        self._read_status_pipe(read_end)
-        os.close(read_end)
+        self._supervise()
+        if self.shutdown.state is ShutdownState.AT_WALL:
+            self.shutdown.enter(ShutdownState.EXITED)
+            return ExitCode.WALL
+        self._child_gone()
+        self.shutdown.enter(ShutdownState.SWEEPING)
         self._sweep()
-        return WALL_EXIT_CODE if self.wall_hit else self._exit_code()
+        self.shutdown.enter(ShutdownState.EXITED)
+        return self._exit_code()
+
+    # -- what the subclasses say ---------------------------------------------------
+
+    def _start(self) -> None:
+        """Start the child (``self.child``)."""
+        raise NotImplementedError
+
+    def _pass_on(self, signo: int, sender: int, *, stop: bool) -> None:
+        """Give the child a signal; ``stop``: it starts (or, a second time,
+        hurries) the shutdown."""
+        raise NotImplementedError
+
+    def _on_wake(self) -> None:
+        """Every wake-up of the loop (the status pipe's messages)."""
+
+    def _child_gone(self) -> None:
+        """The child has been reaped; before the sweep."""
+
+    def _exit_code(self) -> int:
+        raise NotImplementedError
+
+    # -- start-up --------------------------------------------------------------------
 
     def _become_subreaper(self) -> None:
         # Not PID 1 (run by hand, under `docker run --init`, or with
@@ -303,25 +231,25 @@ class InitLayer:
         else:
             self._say(DEBUG, "not PID 1: registered as child subreaper")
 
-    # -- while the orchestrator runs ---------------------------------------------
+    # -- while the child runs ---------------------------------------------------------
 
-    def _supervise_orchestrator(self, status_pipe: int) -> None:
-        while self.orchestrator_status is None:
+    def _supervise(self) -> None:
+        while self.child_status is None:
             info = self._wait(self.wall)
             # sigwaitinfo hands out the lowest pending signal first, so a
             # stream of them must never starve SIGCHLD: reap on every wake-up.
             self._reap()
-            self._read_status_pipe(status_pipe)
+            self._on_wake()
             if info is not None:
                 self._on_signal(info)
-            if self.orchestrator_status is None and self._at_wall():
+            if self.child_status is None and self._at_wall():
                 self._hit_wall()
                 return
 
     def _wait(self, until: float | None) -> signal.struct_siginfo | None:
         if until is None:
-            return signal.sigwaitinfo(_BLOCKED)
-        return signal.sigtimedwait(_BLOCKED, max(0.0, until - time.monotonic()))
+            return signal.sigwaitinfo(BLOCKED)
+        return signal.sigtimedwait(BLOCKED, max(0.0, until - time.monotonic()))
 
     def _at_wall(self) -> bool:
         wall = self.wall
@@ -338,33 +266,43 @@ class InitLayer:
         if signo in FORWARDABLE_SIGNALS:
             self._act_on(signo, info.si_pid)
 
-    def _act_on(self, signo: int, sender: int) -> None:
-        if signo in SHUTDOWN_SIGNALS and signo not in self.options.dropped:
-            self._on_stop_signal(signo)
-        self._say(DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=sender)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.orchestrator, PIPE_RELAY if signo == signal.SIGPIPE else signo)
+    def _is_stop_signal(self, signo: int) -> bool:
+        return signo in self.shutdown_signals and self.options.rewrite.get(signo) != 0
 
-    def _on_stop_signal(self, signo: int) -> None:
+    def _act_on(self, signo: int, sender: int) -> None:
+        self._pass_on(signo, sender, stop=self._note_stop(signo))
+
+    def _note_stop(self, signo: int) -> bool:
+        """What ``signo`` does to the shutdown; True if it is a stop signal."""
+        if not self._is_stop_signal(signo):
+            return False
+        if not self.shutdown.state.shutting_down:
+            # The grace period runs from now, whatever the orchestrator
+            # does; it reads this moment too when the signal reaches it.
+            self.stop_signal_at = time.monotonic()
+            self.shutdown.enter(ShutdownState.STOPPING)
+            self._on_first_stop()
+        else:
+            self._on_second_stop(signo)
+        return True
+
+    def _on_first_stop(self) -> None:
+        """The first stop signal's moment is known (``stop_signal_at``)."""
+
+    def _on_second_stop(self, signo: int) -> None:
+        # The child gets a short slice to escalate itself (it is told the
+        # same signal), then we do.
         now = time.monotonic()
-        wall = self.wall
-        if wall is None:
-            # The grace period runs from now, whatever the orchestrator does;
-            # it reads this moment too when the signal reaches it.
-            self.stop_signal_at = now
-            self.stop_signal_time.record(now)
-            return
-        # A second stop signal: the orchestrator gets a short slice to
-        # escalate itself (it is told the same signal), then we do.
-        self.second_signal_wall = min(wall, now + SECOND_SIGNAL_SLICE)
+        self.hurry_wall = min(self.wall or now + SECOND_SIGNAL_SLICE, now + SECOND_SIGNAL_SLICE)
+        self.shutdown.advance_to(ShutdownState.HURRYING)
         self._say(
             WARNING,
             f"received {signal_name(signo)} again: everything is killed within "
-            f"{format_duration(round(self.second_signal_wall - now, 3))}",
+            f"{format_duration(round(self.hurry_wall - now, 3))}",
         )
 
     def _reap(self) -> None:
-        """Reap every child that has exited: orphans, and the orchestrator."""
+        """Reap every child that has exited: orphans, and our own child."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -372,57 +310,24 @@ class InitLayer:
                 return
             if pid == 0:
                 return
-            if pid == self.orchestrator:
-                self.orchestrator_status = status
+            if pid == self.child:
+                self.child_status = status
             else:
                 self._say(DEBUG, f"reaped orphan pid {pid} ({ExitStatus.from_wait_status(status)})")
-
-    def _read_status_pipe(self, fd: int) -> None:
-        """The orchestrator's reports, one per line (see supervisor/_initpipe.py)."""
-        while True:
-            try:
-                data = os.read(fd, 65536)
-            except (BlockingIOError, OSError):
-                break
-            if not data:
-                break
-            self._pipe_buffer += data
-        *lines, self._pipe_buffer = self._pipe_buffer.split(b"\n")
-        for raw in lines:
-            self._on_report(raw.decode(errors="replace"))
-
-    def _on_report(self, line: str) -> None:
-        """One report; a garbled one is ignored (the wall never depends on
-        the orchestrator alone)."""
-        with contextlib.suppress(ValueError):
-            self._apply_report(line)
-
-    def _apply_report(self, line: str) -> None:
-        kind, _, value = line.partition(" ")
-        if kind == "grace":
-            self.grace = float(value)
-        elif kind == "wall":
-            wall = float(value)
-            self.reported_wall = wall if self.reported_wall is None else min(self.reported_wall, wall)
-        elif kind == "phase":
-            self.phase = value
-        elif kind == "log":
-            fmt, _, level = value.partition(" ")
-            self.log = LogSettings(fmt, level)
 
     # -- the wall -------------------------------------------------------------------
 
     def _hit_wall(self) -> None:
-        """The grace period is over and the orchestrator is still running:
-        say what was left and where the shutdown was, then kill it all."""
-        self.wall_hit = True
+        """The grace period is over and the child is still running: say what
+        was left and where the shutdown was, then kill it all."""
+        self.shutdown.enter(ShutdownState.AT_WALL)
         left = self._survivors()
-        running = ", ".join("orchestrator" if p.pid == self.orchestrator else f"{p.comm}[{p.pid}]" for p in left)
+        running = ", ".join(self.child_name if p.pid == self.child else f"{p.comm}[{p.pid}]" for p in left)
         reached = self.phase or ("start-up" if self.reported_wall is None else "the shutdown's first step")
         self._say(
             ERROR,
             f"grace period ({format_duration(self.grace)}) over: SIGKILL to {len(left)} process(es) "
-            f"still running ({running}); the shutdown had reached: {reached}; exit status {WALL_EXIT_CODE}",
+            f"still running ({running}); the shutdown had reached: {reached}; exit status {int(ExitCode.WALL)}",
             phase=reached,
         )
         self._kill_all(left)
@@ -437,7 +342,7 @@ class InitLayer:
             self._wait_for_no_children(min(end, time.monotonic() + 0.1))
             left = self._survivors()
 
-    # -- after the orchestrator --------------------------------------------------
+    # -- after the child ------------------------------------------------------------
 
     def _sweep(self) -> None:
         """TERM every process left, wait for them until the wall, KILL the rest.
@@ -473,7 +378,7 @@ class InitLayer:
                 survivors = self._survivors()
                 continue
             survivors = self._survivors()
-            if not survivors or time.monotonic() >= deadline or self.second_signal_wall is not None:
+            if not survivors or time.monotonic() >= deadline or self.hurry_wall is not None:
                 break
         if not survivors:
             self._say(INFO, f"leftover processes exited after {time.monotonic() - started:.3f}s")
@@ -532,21 +437,125 @@ class InitLayer:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            info = signal.sigtimedwait(_BLOCKED, left)
+            info = signal.sigtimedwait(BLOCKED, left)
             if info is None:
                 continue
-            if info.si_signo in SHUTDOWN_SIGNALS and info.si_signo not in self.options.dropped:
+            if self._is_stop_signal(info.si_signo):
                 self._say(WARNING, f"received {signal_name(info.si_signo)} again: escalating now")
-                self.second_signal_wall = time.monotonic()
+                self.hurry_wall = time.monotonic()
                 return False
             if wake_on_exit and info.si_signo == signal.SIGCHLD:
                 self._reap()
                 return False
 
+
+class OrchestratorInit(InitLayer):
+    """PID 1 with the trio orchestrator as its child: signals go to it (the
+    main process's straight to the main process, once it is told its PID),
+    and its reports on the status pipe move the wall."""
+
+    child_name = "orchestrator"
+
+    def __init__(self, options: RunOptions, inherited_fds: tuple[int, ...] = ()) -> None:
+        super().__init__(options, inherited_fds)
+        self.stop_signal_time = StopSignalTime.share()  # the orchestrator's view of stop_signal_at
+        self.status: StatusReader | None = None
+        self.main_pid = 0
+        self._main_pidfd: int | None = None
+
+    def _start(self) -> None:
+        read_end, write_end = os.pipe()  # orchestrator → PID 1; close-on-exec
+        self.child = os.fork()
+        if self.child == 0:
+            os.close(read_end)
+            os._exit(_orchestrator_child(self.options, write_end, self.inherited_fds))
+        os.close(write_end)
+        _wake_on_data(read_end)
+        self.status = StatusReader(read_end)
+
+    def _on_wake(self) -> None:
+        if self.status is not None:
+            for message in self.status.read():
+                self._on_message(message)
+
+    def _child_gone(self) -> None:
+        self._on_wake()
+        if self.status is not None:
+            os.close(self.status.fd)
+            self.status = None
+        self._forget_main()
+
+    def _on_message(self, message: Message) -> None:
+        match message:
+            case Grace(seconds):
+                self.grace = seconds
+            case Wall(monotonic):
+                self.reported_wall = monotonic if self.reported_wall is None else min(self.reported_wall, monotonic)
+                if not self.shutdown.state.shutting_down:
+                    self.shutdown.enter(ShutdownState.STOPPING)
+            case Phase(text):
+                self.phase = text
+            case Log(fmt, level):
+                self.log = LogSettings(fmt, level)
+            case ShutdownSignals(signals):
+                self.shutdown_signals = signals
+            case MainPid(pid):
+                self._forget_main()
+                self._follow_main(pid)
+
+    def _follow_main(self, pid: int) -> None:
+        """Forward the main process's signals to ``pid`` from now on,
+        through a pidfd: a PID that was reaped and reused meanwhile gets
+        nothing."""
+        if pid <= 0:
+            return
+        try:
+            self._main_pidfd = os.pidfd_open(pid)
+        except OSError:
+            return  # already gone, or no pidfd: the orchestrator forwards
+        self.main_pid = pid
+
+    def _forget_main(self) -> None:
+        if self._main_pidfd is not None:
+            os.close(self._main_pidfd)
+        self.main_pid, self._main_pidfd = 0, None
+
+    def _on_first_stop(self) -> None:
+        assert self.stop_signal_at is not None
+        self.stop_signal_time.record(self.stop_signal_at)
+
+    def _pass_on(self, signo: int, sender: int, *, stop: bool) -> None:
+        if not stop and self._main_pidfd is not None and self._forward_to_main(signo):
+            return
+        self._say(DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=sender)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.child, PIPE_RELAY if signo == signal.SIGPIPE else signo)
+
+    def _forward_to_main(self, signo: int) -> bool:
+        """The main process's signal, from here: False when it is gone (the
+        orchestrator then says so)."""
+        assert self._main_pidfd is not None
+        target = self.options.rewrite.get(signo, signo)
+        if target == 0:
+            self._say(DEBUG, f"received {signal_name(signo)}: dropped (--rewrite)")
+            return True
+        try:
+            if self.options.process_group:
+                # Its group cannot have been reused while it is there.
+                signal.pidfd_send_signal(self._main_pidfd, 0)
+                os.killpg(self.main_pid, target)
+            else:
+                signal.pidfd_send_signal(self._main_pidfd, target)
+        except ProcessLookupError:
+            return False
+        rewritten = f" as {signal_name(target)}" if target != signo else ""
+        self._say(DEBUG, f"forwarded {signal_name(signo)}{rewritten} to the main process (pid {self.main_pid})")
+        return True
+
     def _exit_code(self) -> int:
-        if self.orchestrator_status is None:
-            return 70
-        status = ExitStatus.from_wait_status(self.orchestrator_status)
+        if self.child_status is None:
+            return ExitCode.PROCESS_FAILED
+        status = ExitStatus.from_wait_status(self.child_status)
         if status.signal is not None:
             self._say(ERROR, f"orchestrator {status}")
         return status.exit_code
@@ -562,22 +571,22 @@ def _wake_on_data(fd: int) -> None:
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
 
 
-def _orchestrator_child(args: list[str], status_fd: int, inherited_fds: tuple[int, ...]) -> int:
+def _orchestrator_child(options: RunOptions, status_fd: int, inherited_fds: tuple[int, ...]) -> int:
     """Runs in the forked child; returns its exit code (never raises)."""
     try:
-        from ._early import EarlySignals
+        from .early import EarlySignals
 
         early = EarlySignals.install(os.getppid())
-        from .cli import run_main  # the heavy imports: trio, pluggy, yaml
+        from ..cli import run_main  # the heavy imports: trio, pluggy, yaml
 
-        return run_main(args, early=early, status_fd=status_fd, inherited_fds=inherited_fds)
+        return run_main(options, early=early, status_fd=status_fd, inherited_fds=inherited_fds)
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 2
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     except BaseException:
         import traceback
 
         traceback.print_exc()
-        return 70
+        return ExitCode.PROCESS_FAILED
     finally:
         with contextlib.suppress(Exception):
             sys.stdout.flush()

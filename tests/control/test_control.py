@@ -282,7 +282,9 @@ def test_the_socket_refuses_a_client_of_another_uid(shared_dir: Path) -> None:
     socket_path = str(shared_dir / "control.sock")
     # Real root inside (no user namespace), so the uids SO_PEERCRED reports
     # are the host's: the supervisor's 0, the client's 65534.
-    with Supervisor(["--control", "--", "sleep", "30"], env={"SUPERVISOR_SOCKET": socket_path}, user_namespace=False) as sup:
+    with Supervisor(
+        ["--control", "--", "sleep", "30"], env={"SUPERVISOR_SOCKET": socket_path}, user_namespace=False
+    ) as sup:
         wait_status(sup, lambda a: row(a, "sleep")["state"] == "running")
         assert stat.S_IMODE(os.stat(socket_path).st_mode) == 0o600
         line = one_line_error(ctl(sup, "status", prefix=NOBODY))

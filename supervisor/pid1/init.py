@@ -58,12 +58,13 @@ from .protocol import (
     MainPid,
     Message,
     Phase,
+    Reached,
     ShutdownSignals,
     StatusReader,
     StopSignalTime,
     Wall,
 )
-from .state import ShutdownLifecycle, ShutdownState
+from .state import SHUTDOWN_TRANSITIONS, ShutdownLifecycle, ShutdownState
 
 __all__ = ["BLOCKED", "InitLayer", "OrchestratorInit", "inherited_fds", "reset_ignored_signals"]
 
@@ -490,18 +491,31 @@ class OrchestratorInit(InitLayer):
             case Grace(seconds):
                 self.grace = seconds
             case Wall(monotonic):
-                self.reported_wall = monotonic if self.reported_wall is None else min(self.reported_wall, monotonic)
-                if not self.shutdown.state.shutting_down:
-                    self.shutdown.enter(ShutdownState.STOPPING)
+                self._on_wall(monotonic)
             case Phase(text):
                 self.phase = text
             case Log(fmt, level):
                 self.log = LogSettings(fmt, level)
             case ShutdownSignals(signals):
                 self.shutdown_signals = signals
+            case Reached(state):
+                self._follow(state)
             case MainPid(pid):
                 self._forget_main()
                 self._follow_main(pid)
+
+    def _on_wall(self, monotonic: float) -> None:
+        """The orchestrator's deadline: it only ever moves the wall earlier."""
+        self.reported_wall = monotonic if self.reported_wall is None else min(self.reported_wall, monotonic)
+        if not self.shutdown.state.shutting_down:
+            self.shutdown.enter(ShutdownState.STOPPING)
+
+    def _follow(self, state: ShutdownState) -> None:
+        """The orchestrator's move, where the table allows it; the child
+        exiting and the wall are PID 1's own to see."""
+        ours = state in (ShutdownState.STOPPING, ShutdownState.HURRYING)
+        if ours and state in SHUTDOWN_TRANSITIONS[self.shutdown.state]:
+            self.shutdown.enter(state)
 
     def _follow_main(self, pid: int) -> None:
         """Forward the main process's signals to ``pid`` from now on,

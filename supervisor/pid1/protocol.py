@@ -20,6 +20,10 @@ typed message per line, as things happen (all of them orchestrator → PID 1):
     processes);
 `Phase`
     the shutdown timeline's current step, for the wall's log line;
+`Reached`
+    the orchestrator's shutdown moved to this `ShutdownState` (HURRYING
+    after an ``expire()``, say): PID 1 follows when its own table allows
+    the move, and keeps its own state otherwise;
 `MainPid`
     the main process runs with this PID (0: it has exited): from then on
     PID 1 forwards the main process's signals to it itself, with the
@@ -47,6 +51,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from .exits import ExitCode
+from .state import ShutdownState
 
 __all__ = [
     "SECOND_SIGNAL_SLICE",
@@ -57,6 +62,7 @@ __all__ = [
     "MainPid",
     "Message",
     "Phase",
+    "Reached",
     "ShutdownSignals",
     "StatusPipe",
     "StatusReader",
@@ -123,12 +129,16 @@ class Phase(NamedTuple):
     text: str
 
 
+class Reached(NamedTuple):
+    state: ShutdownState
+
+
 class MainPid(NamedTuple):
     pid: int
     """0: the main process has exited (or was never started)."""
 
 
-Message = Log | Grace | ShutdownSignals | Wall | Phase | MainPid
+Message = Log | Grace | ShutdownSignals | Wall | Phase | Reached | MainPid
 
 
 def encode(message: Message) -> bytes:
@@ -144,6 +154,8 @@ def encode(message: Message) -> bytes:
             line = f"wall {monotonic:.6f}"
         case Phase(text):
             line = f"phase {text}"
+        case Reached(state):
+            line = f"reached {state.name}"
         case MainPid(pid):
             line = f"main-pid {pid}"
     return (line.replace("\n", " ") + "\n").encode(errors="replace")
@@ -158,12 +170,20 @@ def _signals(value: str) -> ShutdownSignals:
     return ShutdownSignals(frozenset(int(s) for s in value.split(",") if s))
 
 
+def _state(name: str) -> ShutdownState:
+    try:
+        return ShutdownState[name]
+    except KeyError:
+        raise ValueError(f"no shutdown state {name!r}") from None
+
+
 _DECODERS: dict[str, Callable[[str], Message]] = {
     "log": _log,
     "grace": lambda value: Grace(float(value)),
     "shutdown-signals": _signals,
     "wall": lambda value: Wall(float(value)),
     "phase": Phase,
+    "reached": lambda value: Reached(_state(value)),
     "main-pid": lambda value: MainPid(int(value)),
 }
 

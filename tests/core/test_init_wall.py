@@ -11,7 +11,19 @@ import pytest
 from supervisor.config import Config
 from supervisor.pid1.init import OrchestratorInit
 from supervisor.pid1.options import parse_run_args
-from supervisor.pid1.protocol import SECOND_SIGNAL_SLICE, decode, wall_margin
+from supervisor.pid1.protocol import (
+    SECOND_SIGNAL_SLICE,
+    Grace,
+    Log,
+    MainPid,
+    Phase,
+    Reached,
+    ShutdownSignals,
+    Wall,
+    decode,
+    encode,
+    wall_margin,
+)
 from supervisor.pid1.state import ShutdownState
 
 
@@ -78,6 +90,36 @@ def test_dropped_stop_signals_and_bad_reports_change_nothing() -> None:
         report(init, junk)
     assert init.wall is None
     assert init.shutdown.state is ShutdownState.RUNNING
+
+
+def test_the_orchestrators_states_are_followed_where_the_table_allows() -> None:
+    init = layer()
+    report(init, "reached HURRYING")  # RUNNING → HURRYING is no move of the table
+    assert init.shutdown.state is ShutdownState.RUNNING
+    report(init, "reached STOPPING")
+    report(init, "reached AT_WALL")  # PID 1's own to decide
+    assert init.shutdown.state is ShutdownState.STOPPING
+    report(init, "reached HURRYING")
+    assert init.shutdown.state is ShutdownState.HURRYING
+    report(init, "reached NOWHERE")
+    assert init.shutdown.state is ShutdownState.HURRYING
+
+
+def test_every_message_survives_the_pipe() -> None:
+    messages = [
+        Log("json", "debug"),
+        Grace(2.5),
+        ShutdownSignals(frozenset({signal.SIGQUIT, signal.SIGTERM})),
+        Wall(123.25),
+        Phase("pre_stop exec: drain"),
+        Reached(ShutdownState.HURRYING),
+        MainPid(42),
+    ]
+    for message in messages:
+        line = encode(message)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert decode(line[:-1]) == message
+    assert decode(encode(Phase("two\nlines"))[:-1]) == Phase("two lines")
 
 
 def test_the_configured_shutdown_signals_replace_term_and_int() -> None:

@@ -47,12 +47,15 @@ def test_nothing_is_printed_unless_something_goes_wrong() -> None:
 
 
 def test_expected_exit_codes_and_group_forwarding() -> None:
-    # -g: the whole group gets the signal (the shell and its child report it).
-    script = f"{PY} -c '{SIGNAL_REPORTER}' & exec {PY} -c '{SIGNAL_REPORTER}'"
+    # -g: the whole group gets the signal: the main process (on stdout) and
+    # its child (on stderr) report it.
+    script = f"{PY} -c '{SIGNAL_REPORTER}' >&2 & exec {PY} -c '{SIGNAL_REPORTER}'"
     with Supervisor(["-g", "-e", "143", "--", "sh", "-c", script]) as sup:
-        sup.wait_for("^ready$", stream="stdout", count=2)
+        for stream in ("stdout", "stderr"):
+            sup.wait_for("^ready$", stream=stream)
         sup.signal(signal.SIGUSR2)
-        sup.wait_for(f"^got {int(signal.SIGUSR2)}$", stream="stdout", count=2)
+        for stream in ("stdout", "stderr"):
+            sup.wait_for(f"^got {int(signal.SIGUSR2)}$", stream=stream)
         sup.signal(signal.SIGTERM)
         assert sup.wait() == 0
 

@@ -71,7 +71,7 @@ def _run(args: list[str], caller_mask: set[int]) -> int:
 
         return print_info(request.what)
     if options.needs_orchestrator:
-        from .pid1.init import OrchestratorInit
+        from .pid1.orchestrated import OrchestratorInit
 
         return OrchestratorInit(options, inherited_fds=inherited_fds()).run()
     from .pid1.direct import DirectInit

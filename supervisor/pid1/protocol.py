@@ -45,12 +45,12 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import signal
 import time
 from collections.abc import Callable
 from typing import NamedTuple
 
 from .exits import ExitCode
+from .init import STATUS_SIGNAL as _STATUS_SIGNAL
 from .state import ShutdownState
 
 __all__ = [
@@ -73,9 +73,9 @@ __all__ = [
     "wall_margin",
 ]
 
-# A write to the status pipe wakes PID 1 with this real-time signal
-# (PIPE_RELAY is SIGRTMIN+1).
-STATUS_SIGNAL = int(signal.SIGRTMIN) + 2
+# A write to the status pipe wakes PID 1 with this real-time signal (it is
+# defined where PID 1 blocks it).
+STATUS_SIGNAL = _STATUS_SIGNAL
 
 # After a second stop signal the orchestrator has this long (or less, if the
 # wall is sooner) to escalate and exit on its own; then PID 1 kills

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from supervisor.config import Config
-from supervisor.pid1.init import OrchestratorInit
 from supervisor.pid1.options import parse_run_args
+from supervisor.pid1.orchestrated import OrchestratorInit
 from supervisor.pid1.protocol import (
     SECOND_SIGNAL_SLICE,
     Grace,

@@ -421,7 +421,7 @@ class Orchestrator:
         header = f"shutdown timeline ({self.shutdown.reason}; {total:.3f}s of {format_duration(self.deadline.budget)})"
         if self.deadline.reasons:
             header += f"; deadline changed: {', '.join(self.deadline.reasons)}"
-        # Where PID 1 would have killed everything (see supervisor/_init.py).
+        # Where PID 1 would have killed everything (see supervisor/pid1/init.py).
         wall = round(self.deadline.wall - self.deadline.started, 4)
         if self.config.log_format == "json":
             log.info(header, extra={"fields": {"timeline": self.timeline.as_json(), "wall": wall}})

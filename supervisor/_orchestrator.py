@@ -29,7 +29,7 @@ from ._units import PIPE_RELAY, format_duration, signal_name
 from .config import Config, ProcessSpec, start_levels
 from .control.service import Services
 from .pid1.early import ORCHESTRATOR_SIGNALS
-from .pid1.protocol import Log, MainPid, StatusPipe, wall_margin
+from .pid1.protocol import Log, MainPid, ShutdownSignals, StatusPipe, wall_margin
 from .runtime import SupervisedProcess
 from .runtime.output import install_std_streams
 from .runtime.spawn import raise_open_files_limit
@@ -158,6 +158,8 @@ class Orchestrator:
         if config.grace_period != self.config.grace_period:
             # PID 1's wall follows (supervisor/pid1/protocol.py).
             self.status.grace(config.grace_period)
+        if config.shutdown_signals != self.config.shutdown_signals:
+            self.status.send(ShutdownSignals(config.shutdown_signals))
         self.config = config
         self.levels = self._levels(config)
 

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.control._ctl import ctl
 from tests.core.children import SIGNAL_REPORTER
 from tests.pid1 import Supervisor, run
 
@@ -91,3 +92,18 @@ def test_check_shows_which_signals_start_the_plan(tmp_path: Path) -> None:
     status, sup = run(["check", "-c", _config(tmp_path, "shutdown_signals: QUIT")], pid1=False)
     assert status == 0, sup.output
     assert "  Started by SIGQUIT (shutdown_signals); any other signal is forwarded to the main process." in sup.output
+
+
+def test_replan_changes_them_in_both_processes(tmp_path: Path) -> None:
+    config = Path(_config(tmp_path))
+    with Supervisor(["-c", str(config)]) as sup:
+        sup.wait_for("^ready$", stream="stdout")
+        config.write_text(
+            config.read_text().replace("grace_period: 20s", "grace_period: 20s\nshutdown_signals: [QUIT]")
+        )
+        result = ctl(sup, "replan")
+        assert result.returncode == 0, result.stderr
+        sup.signal(signal.SIGQUIT)
+        assert sup.wait() == 0, sup.output
+    assert [line for line in sup.stdout_lines if line.startswith("got")] == [f"got {int(signal.SIGTERM)}"]
+    assert "shutdown timeline (received SIGQUIT" in sup.output

@@ -85,8 +85,9 @@ class DirectInit(InitLayer):
         if target == 0:
             self._say(DEBUG, f"received {signal_name(signo)}: dropped (--rewrite)", sender=sender)
             return
-        rewritten = f" as {signal_name(target)}" if target != signo else ""
-        self._say(DEBUG, f"forwarded {signal_name(signo)}{rewritten} to {self.child_name}", sender=sender)
+        if self.debugging:
+            rewritten = f" as {signal_name(target)}" if target != signo else ""
+            self._say(DEBUG, f"forwarded {signal_name(signo)}{rewritten} to {self.child_name}", sender=sender)
         self._send(target, group=self.options.process_group)
 
     def _stop(self, received: int, target: int) -> None:

@@ -157,6 +157,12 @@ class InitLayer:
         write(self.log, level, "supervisor.init", message, fields)
 
     @property
+    def debugging(self) -> bool:
+        """Whether debug lines are shown: the forwarding path builds its
+        line only then (a signal's latency is PID 1's alone)."""
+        return self.log.level <= DEBUG
+
+    @property
     def wall(self) -> float | None:
         candidates = [w for w in (self.reported_wall, self.hurry_wall) if w is not None]
         if self.stop_signal_at is not None:
@@ -190,8 +196,8 @@ class InitLayer:
         hurries) the shutdown."""
         raise NotImplementedError
 
-    def _on_wake(self) -> None:
-        """Every wake-up of the loop (the status pipe's messages)."""
+    def _on_wake(self, info: signal.struct_siginfo | None) -> None:
+        """Every wake-up of the loop, with what woke it (None: the timeout)."""
 
     def _child_gone(self) -> None:
         """The child has been reaped; before the sweep."""
@@ -232,7 +238,7 @@ class InitLayer:
             # sigwaitinfo hands out the lowest pending signal first, so a
             # stream of them must never starve SIGCHLD: reap on every wake-up.
             self._reap()
-            self._on_wake()
+            self._on_wake(info)
             if info is not None:
                 self._on_signal(info)
             if self.child_status is None and self._at_wall():

@@ -64,13 +64,19 @@ class OrchestratorInit(InitLayer):
         _wake_on_data(read_end)
         self.status = StatusReader(read_end)
 
-    def _on_wake(self) -> None:
+    def _on_wake(self, info: signal.struct_siginfo | None) -> None:
+        # On every wake-up, not only STATUS_SIGNAL's: sigtimedwait hands out
+        # the lowest pending signal first, and a stream of forwarded ones
+        # must not hold back a moved wall.
+        self._read_status()
+
+    def _read_status(self) -> None:
         if self.status is not None:
             for message in self.status.read():
                 self._on_message(message)
 
     def _child_gone(self) -> None:
-        self._on_wake()
+        self._read_status()
         if self.status is not None:
             os.close(self.status.fd)
             self.status = None
@@ -131,7 +137,8 @@ class OrchestratorInit(InitLayer):
     def _pass_on(self, signo: int, sender: int, *, stop: bool) -> None:
         if not stop and self._main_pidfd is not None and self._forward_to_main(signo):
             return
-        self._say(DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=sender)
+        if self.debugging:
+            self._say(DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=sender)
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.child, PIPE_RELAY if signo == signal.SIGPIPE else signo)
 
@@ -152,8 +159,9 @@ class OrchestratorInit(InitLayer):
                 signal.pidfd_send_signal(self._main_pidfd, target)
         except ProcessLookupError:
             return False
-        rewritten = f" as {signal_name(target)}" if target != signo else ""
-        self._say(DEBUG, f"forwarded {signal_name(signo)}{rewritten} to the main process (pid {self.main_pid})")
+        if self.debugging:
+            rewritten = f" as {signal_name(target)}" if target != signo else ""
+            self._say(DEBUG, f"forwarded {signal_name(signo)}{rewritten} to the main process (pid {self.main_pid})")
         return True
 
     def _exit_code(self) -> int:

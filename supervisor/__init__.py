@@ -3,7 +3,7 @@
 The public API, for plugin authors and embedders, is what this module exports.
 It is loaded lazily: the console script imports this package before the init
 layer has blocked signals, and a SIGTERM must not be lost while trio and
-pluggy are importing (see ``supervisor._init``).
+pluggy are importing (see ``supervisor._main``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``python -I -m supervisor``: the console script, isolated from the first byte."""
 
-from ._init import main
+from ._main import main
 
 main()

@@ -2,7 +2,8 @@
 "did you mean", option values that start with a dash, and a look inside a
 parser for ``help``, ``--help`` and shell completion.
 
-Stdlib only (argparse, difflib): the control commands' client uses it, and
+Stdlib only (argparse, difflib): PID 1 (supervisor/pid1/options.py) and the
+control commands' client use it, and
 it must start in milliseconds.
 """
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import trio
 
-from ._initpipe import SECOND_SIGNAL_SLICE
+from .pid1.protocol import SECOND_SIGNAL_SLICE
 
 __all__ = ["Deadline", "reserve_for", "slack", "trio_now"]
 
@@ -67,7 +67,7 @@ class Deadline:
     """When the supervisor escalates to SIGKILL, and how much time is left.
 
     ``wall`` is the hard end: the init layer (PID 1) kills whatever is left
-    there, whatever the orchestrator is doing (see supervisor/_initpipe.py).
+    there, whatever the orchestrator is doing (see supervisor/pid1/protocol.py).
     ``at``, ``margin`` seconds before it, is the orchestrator's own escalation
     moment on trio's clock: process stops end there with SIGKILL, so that the
     orchestrator normally finishes before the wall.  Hooks run in scopes that

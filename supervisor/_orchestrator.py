@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from ._deadline import Deadline
-from ._early import ORCHESTRATOR_SIGNALS
-from ._initpipe import StatusPipe, wall_margin
 from ._log import LogSettings
 from ._logging import configure_logging
 from ._phase import Phase
@@ -28,18 +26,20 @@ from ._plan import ShutdownPlan
 from ._shutdown import Shutdown, ShutdownTracker
 from ._status import ExitStatus
 from ._timeline import Step, Timeline
-from ._units import PIPE_RELAY, SHUTDOWN_SIGNALS, format_duration, signal_name
+from ._units import PIPE_RELAY, format_duration, signal_name
 from .config import Config, ProcessSpec, start_levels
 from .control.service import Services
+from .pid1.early import ORCHESTRATOR_SIGNALS
 from .pid1.exits import ExitCode
+from .pid1.protocol import Log, MainPid, Reached, ShutdownSignals, StatusPipe, wall_margin
 from .pid1.state import ShutdownState
 from .runtime import SupervisedProcess
 from .runtime.output import install_std_streams
 from .runtime.spawn import raise_open_files_limit
 
 if TYPE_CHECKING:
-    from ._early import EarlySignals
     from ._hooks import HookRunner
+    from .pid1.early import EarlySignals
 
 __all__ = ["Orchestrator", "run_orchestrator"]
 
@@ -51,7 +51,7 @@ def run_orchestrator(  # noqa: PLR0913 - each is one fact of the start, passed o
     host: HookRunner,
     *,
     early: EarlySignals,
-    status_fd: int | None = None,
+    status: StatusPipe | None = None,
     inherited_fds: tuple[int, ...] = (),
     main_started: subprocess.Popen[bytes] | None = None,
     reload: Callable[[], Config] | None = None,
@@ -61,8 +61,8 @@ def run_orchestrator(  # noqa: PLR0913 - each is one fact of the start, passed o
     # After the main process's early start, which so keeps the runtime's limit.
     raise_open_files_limit()
     configure_logging(LogSettings(config.log_format, config.log_level))
-    status = StatusPipe(status_fd)
-    status.send(f"log {config.log_format} {config.log_level}")
+    status = status or StatusPipe(None)
+    status.send(Log(config.log_format, config.log_level))
     orchestrator = Orchestrator(
         config, host, early=early, inherited_fds=inherited_fds, main_started=main_started, status=status
     )
@@ -88,7 +88,7 @@ class Orchestrator:
         # Reads the file again for `supervisor replan` (the command line's
         # options applied on top); None: nothing to re-read.
         self._reload: Callable[[], Config] | None = None
-        # The init layer hears of the wall and the phases here (see _initpipe).
+        # PID 1 hears of the wall and the phases here (see pid1/protocol.py).
         self.status = status or StatusPipe(None)
         self.early = early
         self.processes = {
@@ -99,7 +99,8 @@ class Orchestrator:
         self.main = next((p for p in self.processes.values() if p.spec.main), None)
         self.main_exited = trio.Event()
         # RUNNING until the first trigger; then the shutdown's facts too.
-        self._shutdown = ShutdownTracker()
+        # PID 1 follows each move (its wall line names the state reached).
+        self._shutdown = ShutdownTracker(on_move=self._report_state)
         # Signals (received, to deliver) that came before the main process ran.
         self._queued_signals: list[tuple[int, int]] = []
         self.failure: str | None = None
@@ -148,8 +149,10 @@ class Orchestrator:
 
     def adopt(self, config: Config) -> None:
         if config.grace_period != self.config.grace_period:
-            # PID 1's wall follows (supervisor/_initpipe.py).
+            # PID 1's wall follows (supervisor/pid1/protocol.py).
             self.status.grace(config.grace_period)
+        if config.shutdown_signals != self.config.shutdown_signals:
+            self.status.send(ShutdownSignals(config.shutdown_signals))
         self.config = config
         self.levels = self._levels(config)
 
@@ -290,9 +293,9 @@ class Orchestrator:
         if target == 0:
             # Dropped before anything else looks at it: a dropped SIGINT is
             # not a second stop signal either.
-            log.info("received %s: dropped (--rewrite)", signal_name(signo))
+            log.debug("received %s: dropped (--rewrite)", signal_name(signo))
             return
-        if signo in SHUTDOWN_SIGNALS:
+        if signo in self.config.shutdown_signals:
             if self.shutdown is not None:
                 log.warning("received %s again: escalating to SIGKILL now", signal_name(signo))
                 self.shutdown.deadline.expire(f"second {signal_name(signo)}")
@@ -325,7 +328,7 @@ class Orchestrator:
             delivered = process.send_signal(target, group=self.config.forward_to_group)
             where = "process group of " if self.config.forward_to_group else ""
             if delivered:
-                log.info(
+                log.debug(
                     "forwarded %s%s to %s%s (pid %s)",
                     signal_name(received),
                     rewritten,
@@ -344,8 +347,13 @@ class Orchestrator:
             queued, self._queued_signals = self._queued_signals, []
             for received, target in queued:
                 self._forward(received, target)
+        if process is self.main and process.pid is not None:
+            # From now on PID 1 forwards the main process's signals itself.
+            self.status.send(MainPid(process.pid))
 
     def process_exited(self, process: SupervisedProcess, status: ExitStatus, will_restart: bool) -> None:
+        if process is self.main:
+            self.status.send(MainPid(0))
         self._fire("supervisor_process_exited", process=process, status=status)
         if process.spec.main and not will_restart and not process.stopping:
             self.main_exited.set()
@@ -374,6 +382,9 @@ class Orchestrator:
             log.error("%s; shutting down (%s)", reason, policy)
             self.failure = reason
         self.request_shutdown(reason)
+
+    def _report_state(self, state: ShutdownState) -> None:
+        self.status.send(Reached(state))
 
     def _step_in_progress(self, step: Step, running: bool) -> None:
         """Tell the init layer which step the shutdown is in (see Timeline.on_step)."""
@@ -412,7 +423,7 @@ class Orchestrator:
         header = f"shutdown timeline ({shutdown.reason}; {total:.3f}s of {format_duration(deadline.budget)})"
         if deadline.reasons:
             header += f"; deadline changed: {', '.join(deadline.reasons)}"
-        # Where PID 1 would have killed everything (see supervisor/_init.py).
+        # Where PID 1 would have killed everything (see supervisor/pid1/init.py).
         wall = round(deadline.wall - deadline.started, 4)
         if self.config.log_format == "json":
             log.info(header, extra={"fields": {"timeline": self.timeline.as_json(), "wall": wall}})

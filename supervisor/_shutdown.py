@@ -16,6 +16,7 @@ shutdown gets them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -48,8 +49,10 @@ class Shutdown:
 class ShutdownTracker:
     """The orchestrator's `ShutdownLifecycle` and the `Shutdown` that goes with it."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_move: Callable[[ShutdownState], None] | None = None) -> None:
         self._lifecycle = ShutdownLifecycle()
+        # Told every state entered (the orchestrator tells PID 1).
+        self._on_move = on_move
         self._shutdown: Shutdown | None = None
         # Set by `begin` only, in the same call as the move to STOPPING: for
         # the tasks that wait for the shutdown (the health checks end then).
@@ -75,10 +78,16 @@ class ShutdownTracker:
         self._lifecycle.enter(ShutdownState.STOPPING)
         self._shutdown = shutdown
         self._begun.set()
+        self._moved()
 
     def hurry(self) -> None:
         """STOPPING → HURRYING: the deadline has been expired (again: no change)."""
-        self._lifecycle.advance_to(ShutdownState.HURRYING)
+        if self._lifecycle.advance_to(ShutdownState.HURRYING):
+            self._moved()
+
+    def _moved(self) -> None:
+        if self._on_move is not None:
+            self._on_move(self._lifecycle.state)
 
     async def wait(self) -> Shutdown:
         """Until the shutdown begins; its facts."""

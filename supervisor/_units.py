@@ -20,6 +20,7 @@ __all__ = [
     "format_duration",
     "parse_duration",
     "parse_grace_period",
+    "parse_shutdown_signal",
     "parse_signal",
     "signal_name",
 ]
@@ -41,9 +42,11 @@ _NOT_FORWARDED = {
 }
 FORWARDABLE_SIGNALS: frozenset[int] = frozenset(s for s in range(1, 32) if s not in _NOT_FORWARDED)
 
-# The signals that ask for a shutdown (and, a second time, for the kill): the
-# kubelet's SIGTERM and a terminal's Ctrl-C.  The init layer and the
-# orchestrator both act on them, so the two must agree on the set.
+# The signals that ask for a shutdown (and, a second time, for the kill) by
+# default: the kubelet's SIGTERM and a terminal's Ctrl-C.  An image whose
+# STOPSIGNAL is another one (nginx and php-fpm use SIGQUIT) configures its
+# own set (--shutdown-signals, shutdown_signals:); PID 1 and the
+# orchestrator then both act on that set.
 SHUTDOWN_SIGNALS: frozenset[int] = frozenset({signal.SIGTERM, signal.SIGINT})
 
 # The init layer relays a SIGPIPE that somebody sent as this real-time signal:
@@ -140,3 +143,12 @@ def signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+def parse_shutdown_signal(text: str | int) -> int:
+    """``parse_signal`` for a signal that starts the shutdown: one that PID 1
+    receives and would otherwise forward."""
+    number = parse_signal(text)
+    if number not in FORWARDABLE_SIGNALS:
+        raise ValueError(f"{signal_name(number)} cannot start the shutdown: PID 1 never acts on it")
+    return number

@@ -1,7 +1,8 @@
-"""The command line: parse, pick a subcommand, turn user mistakes into one line.
+"""The command line: pick a subcommand, turn user mistakes into one line.
 
-``supervisor [run] [OPTIONS] [-- COMMAND [ARG...]]`` runs (in the orchestrator
-process, forked by the init layer); ``check``, ``plugins``, ``--version``,
+``supervisor [run] [OPTIONS] [-- COMMAND [ARG...]]`` runs in the orchestrator
+process, forked by PID 1, which parsed the options (supervisor/pid1/options.py)
+and hands them over as they are; ``check``, ``plugins``, ``--version``,
 ``--help`` and plugin-provided subcommands run in-process.  Every usage or
 configuration error is one line on stderr and exit status 2, before anything
 is started.
@@ -15,176 +16,25 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, cast
 
 from . import __version__
 from ._cliparse import Parser as _Parser
 from ._cliparse import UsageError, describe_commands, did_you_mean, join_option_values, subcommands
-from ._units import FORWARDABLE_SIGNALS, parse_duration, parse_grace_period, parse_signal, signal_name
+from .pid1.options import DESCRIPTION, PROG, RunOptions, grace_period_argument, run_parser
 
 if TYPE_CHECKING:
-    from ._early import EarlySignals
     from ._hooks import HookRunner
     from ._pluginhost import PluginHost
     from .config import Config
+    from .pid1.early import EarlySignals
 
-__all__ = ["RunOptions", "UsageError", "main", "run_main"]
+__all__ = ["RunOptions", "UsageError", "main", "print_info", "run_main"]
 
 USAGE_ERROR = 2
-T = TypeVar("T")
-PROG = "supervisor"
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    config_path: str | None = None
-    grace_period: float | None = None
-    rewrite: dict[int, int] = field(default_factory=dict)
-    process_group: bool = False
-    log_format: str | None = None
-    log_level: str | None = None
-    verbose: int = 0
-    zero_exit_codes: frozenset[int] = frozenset()
-    command: tuple[str, ...] = ()
-
-
-def _argument(parse: Callable[[str], T]) -> Callable[[str], T]:
-    """An argparse type from a parser that raises ValueError with the whole story."""
-
-    def convert(text: str) -> T:
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return convert
-
-
-_duration = _argument(parse_duration)
-_grace_period = _argument(parse_grace_period)
-_signal = _argument(parse_signal)
-
-
-def _rewrite(text: str) -> tuple[int, int]:
-    source, sep, target = text.partition(":")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"invalid rewrite {text!r}: use FROM:TO, e.g. TERM:QUIT or 15:0")
-    try:
-        pair = parse_signal(source), parse_signal(target, allow_zero=True)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"invalid rewrite {text!r}: {exc}") from None
-    if pair[0] not in FORWARDABLE_SIGNALS:
-        # KILL/STOP cannot be caught, CHLD is the reaper's, TSTP/TTIN/TTOU are
-        # job control the supervisor swallows: a rule for them would never apply.
-        raise argparse.ArgumentTypeError(
-            f"invalid rewrite {text!r}: {signal_name(pair[0])} is never forwarded, so it cannot be rewritten"
-        )
-    return pair
-
-
-def _exit_code(text: str) -> int:
-    if not text.isdigit() or int(text) > 255:
-        raise argparse.ArgumentTypeError(f"invalid exit code {text!r}: use a number from 0 to 255")
-    return int(text)
-
-
-def _run_parser() -> _Parser:
-    parser = _Parser(
-        prog=PROG,
-        usage=f"{PROG} [run] [OPTIONS] [-- COMMAND [ARG...]]\n       {PROG} COMMAND [ARGS...]  "
-        f"(see `{PROG} help COMMAND`)",
-        description="A PID 1 for containers: runs COMMAND and the processes of a YAML "
-        "configuration, reaps zombies, forwards signals, and turns SIGTERM into a graceful "
-        "shutdown plan that finishes inside the grace period.",
-        epilog="Exit status: the main process's exit code, 128+N if signal N killed it, "
-        "137 also when the grace period ran out and PID 1 killed what was left, "
-        "127 command not found, 126 not executable, 70 a supervised process failed, "
-        "2 usage or configuration error.",
-        add_help=False,
-    )
-    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
-    parser.add_argument("-V", "--version", action="store_true", help="print the version and exit")
-    parser.add_argument("-c", "--config", metavar="FILE", help="YAML configuration (env SUPERVISOR_CONFIG)")
-    parser.add_argument(
-        "--grace-period",
-        metavar="DURATION",
-        type=_grace_period,
-        help="the whole shutdown budget, a hard wall: then PID 1 kills what is left "
-        "(default 30s, or the file's grace_period); "
-        "30, 30s, 500ms, 1.5s, 2m",
-    )
-    parser.add_argument(
-        "--rewrite",
-        metavar="FROM:TO",
-        type=_rewrite,
-        action="append",
-        default=[],
-        help="deliver signal FROM to the main process as TO (names or numbers; TO=0 drops it); repeatable",
-    )
-    parser.add_argument(
-        "-g", "--process-group", action="store_true", help="forward signals to the main process's whole process group"
-    )
-    parser.add_argument(
-        "-e",
-        "--expect-exit",
-        metavar="CODE",
-        type=_exit_code,
-        action="append",
-        default=[],
-        help="report the main process's exit code CODE as 0 (e.g. 143 for a JVM stopped by SIGTERM); repeatable",
-    )
-    parser.add_argument(
-        "-p",
-        "--parent-death-signal",
-        metavar="SIGNAL",
-        type=_signal,
-        help="when not PID 1: act as if SIGNAL arrived when the supervisor's parent dies (e.g. TERM)",
-    )
-    parser.add_argument("--log-format", choices=["text", "json"], help="log line format (default text)")
-    parser.add_argument(
-        "--log-level",
-        choices=["debug", "info", "warning", "error"],
-        help="least severe log lines shown (default info, or the file's log.level)",
-    )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (debug level)")
-    return parser
-
-
-def parse_run_args(args: Sequence[str]) -> RunOptions:
-    args = list(args)
-    if args and args[0] == "run":
-        args = args[1:]
-    command: list[str] = []
-    if "--" in args:
-        split = args.index("--")
-        args, command = args[:split], args[split + 1 :]
-    parser = _run_parser()
-    ns = parser.parse_args(join_option_values(args, parser))
-    if ns.help:
-        print(overview(), end="")
-        raise SystemExit(0)
-    if ns.version:
-        print(f"{PROG} (pid1-supervisor) {__version__}")
-        raise SystemExit(0)
-    config_path = ns.config or os.environ.get("SUPERVISOR_CONFIG") or None
-    if command and not command[0]:
-        raise UsageError("the command after -- is an empty string: give a program to run")
-    if not command and not config_path:
-        raise UsageError("nothing to run: give a command after -- or a configuration with -c FILE")
-    return RunOptions(
-        config_path=config_path,
-        grace_period=ns.grace_period,
-        rewrite=dict(ns.rewrite),
-        process_group=ns.process_group,
-        log_format=ns.log_format,
-        log_level=ns.log_level,
-        verbose=ns.verbose,
-        zero_exit_codes=frozenset(ns.expect_exit),
-        command=tuple(command),
-    )
 
 
 def build_config(options: RunOptions) -> Config:
@@ -203,6 +53,8 @@ def build_config(options: RunOptions) -> Config:
         config = replace(config, log_level=options.log_level)  # type: ignore[arg-type]
     if options.verbose:
         config = replace(config, log_level="debug")
+    if options.shutdown_signals is not None:
+        config = replace(config, shutdown_signals=options.shutdown_signals)
     config = replace(
         config,
         rewrite=MappingProxyType(dict(options.rewrite)),
@@ -256,22 +108,23 @@ def _unique_name(program: str, taken: set[str]) -> str:
 
 
 def run_main(
-    args: Sequence[str],
+    options: RunOptions,
     *,
     early: EarlySignals,
     status_fd: int | None = None,
     inherited_fds: tuple[int, ...] = (),
 ) -> int:
-    """The orchestrator process's main: parse, load, supervise; returns the exit code."""
-    from ._initpipe import StatusPipe
+    """The orchestrator process's main: load, supervise; returns the exit code."""
     from .config import ConfigError
+    from .pid1.protocol import Grace, ShutdownSignals, StatusPipe
 
     status = StatusPipe(status_fd)
     try:
-        options = parse_run_args(args)
         config = build_config(options)
-        # PID 1 enforces the wall with this grace period from now on.
-        status.grace(config.grace_period)
+        # PID 1 enforces the wall with this grace period, and starts it on
+        # these signals, from now on.
+        status.send(Grace(config.grace_period))
+        status.send(ShutdownSignals(config.shutdown_signals))
         hooks = _load_plugins(config)
     except UsageError as exc:
         return _usage_error(str(exc))
@@ -284,7 +137,7 @@ def run_main(
         config,
         hooks,
         early=early,
-        status_fd=status_fd,
+        status=status,
         inherited_fds=inherited_fds,
         main_started=started,
         reload=(lambda: reload_config(options)) if options.config_path else None,
@@ -345,6 +198,15 @@ def _load_plugins(config: Config) -> HookRunner:
     return host
 
 
+def print_info(what: str) -> int:
+    """``supervisor --help`` or ``--version`` (PID 1 routes them here)."""
+    if what == "version":
+        print(f"{PROG} (pid1-supervisor) {__version__}")
+    else:
+        print(overview(), end="")
+    return 0
+
+
 def _usage_error(message: str) -> int:
     print(f"{PROG}: {message} (see {PROG} --help)", file=sys.stderr)
     return USAGE_ERROR
@@ -361,15 +223,8 @@ def _config_error(exc: Exception) -> int:
 
 
 def main(args: Sequence[str]) -> int:
-    """Entry for everything but ``run`` (the init layer routes those here)."""
-    from .control.protocol import COMMANDS
-
-    if args and args[0] in COMMANDS:
-        # The control socket's client: no plugin scan, no trio, so that
-        # `kubectl exec POD -- supervisor status` answers at once.
-        from .control.client import main as control_main
-
-        return control_main(args)
+    """Entry for everything but ``run`` and the control commands (the
+    console script, supervisor/_main.py, routes those elsewhere)."""
     from .config import ConfigError
 
     try:
@@ -412,11 +267,7 @@ def _subparser(parser: argparse.ArgumentParser, args: Sequence[str]) -> argparse
     return found[1] if found is not None else parser
 
 
-_DESCRIPTION = (
-    "A PID 1 for containers: runs COMMAND and the processes of a YAML "
-    "configuration, reaps zombies, forwards signals, and turns SIGTERM into a graceful "
-    "shutdown plan that finishes inside the grace period."
-)
+_DESCRIPTION = DESCRIPTION
 _RUN_HELP = "supervise COMMAND and the processes of a configuration (the default: `run` may be left out)"
 
 
@@ -430,12 +281,15 @@ def command_parser(host: PluginHost | None) -> _Parser:
     parser = _Parser(prog=PROG, description=_DESCRIPTION, add_help=False)
     parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    run = _run_parser()
+    run = run_parser()
     sub.add_parser("run", help=_RUN_HELP, parents=[run], add_help=False, usage=run.usage)
     check = sub.add_parser("check", help="validate a configuration and print its start and shutdown plan")
     check.add_argument("-c", "--config", metavar="FILE", help="YAML configuration (env SUPERVISOR_CONFIG)")
     check.add_argument(
-        "--grace-period", metavar="DURATION", type=_grace_period, help="as for run: replaces the file's grace_period"
+        "--grace-period",
+        metavar="DURATION",
+        type=grace_period_argument,
+        help="as for run: replaces the file's grace_period",
     )
     check.add_argument(
         "--effective",
@@ -485,7 +339,7 @@ def overview(host: PluginHost | None = None) -> str:
     rows = [(name, text) for name, (text, _) in subcommands(parser).items()]
     width = max(len(name) for name, _ in rows) + 2
     commands = "".join(f"  {name:<{width}}{text}\n" for name, text in rows)
-    run_help = _run_parser().format_help()
+    run_help = run_parser().format_help()
     usage, _, rest = run_help.partition("\n\n")
     _description, _, options = rest.partition("\n\n")
     return (

@@ -32,6 +32,7 @@ def effective_config(config: Config) -> str:
 
     data: dict[str, Any] = {
         "grace_period": format_duration(config.grace_period),
+        "shutdown_signals": [signal_name(s).removeprefix("SIG") for s in sorted(config.shutdown_signals)],
         "log": {"format": config.log_format, "level": config.log_level},
         "control": {
             # null: the default place ($SUPERVISOR_SOCKET, /run/supervisor/, /tmp/supervisor-UID/).

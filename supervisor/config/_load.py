@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Literal, cast
 
-from .._units import check_grace_period
+from .._units import SHUTDOWN_SIGNALS, check_grace_period, parse_shutdown_signal
 from ._errors import ConfigError, Problem
 from ._health import parse_control, parse_health, parse_process_checks
 from ._model import Config, HealthCheck, ProcessSpec
@@ -19,7 +19,7 @@ from ._settings import Settings
 
 __all__ = ["TOP_LEVEL_KEYS", "load_config"]
 
-TOP_LEVEL_KEYS = ("grace_period", "log", "processes", "plugins", "control", "health")
+TOP_LEVEL_KEYS = ("grace_period", "shutdown_signals", "log", "processes", "plugins", "control", "health")
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -90,6 +90,7 @@ def _build(root: Node, path: str, problems: list[Problem]) -> Config:
         control=parse_control(top.section("control")),
         health=parse_health(top, checks, {spec.name for spec in processes}),
         grace_period=grace_period,
+        shutdown_signals=top.signal_set("shutdown_signals", SHUTDOWN_SIGNALS, parse_shutdown_signal),
         log_format=cast(Literal["text", "json"], log_format),
         log_level=cast(Literal["debug", "info", "warning", "error"], log_level),
         plugins=MappingProxyType(_plugins(root.value, top)),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
+from .._units import SHUTDOWN_SIGNALS
 from ._position import Position
 
 if TYPE_CHECKING:
@@ -159,6 +160,9 @@ class Config:
 
     processes: tuple[ProcessSpec, ...] = ()
     grace_period: float = 30.0
+    # The signals that start the shutdown (``shutdown_signals:`` or
+    # ``--shutdown-signals``); any other is forwarded to the main process.
+    shutdown_signals: frozenset[int] = SHUTDOWN_SIGNALS
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     plugins: Mapping[str, Settings] = field(default_factory=lambda: MappingProxyType({}))

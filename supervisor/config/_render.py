@@ -125,15 +125,16 @@ def describe_ready(check: ReadyCheck) -> str:
 def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]:
     # Imported here: the Deadline's module imports trio, which loading a
     # configuration does not otherwise need.
-    from .. import _deadline, _initpipe
+    from .. import _deadline
+    from ..pid1 import protocol
 
     grace = config.grace_period
     reserve = _deadline.reserve_for(grace)
     g = format_duration(grace)
     # The orchestrator escalates a margin before the wall, where PID 1 kills.
-    margin = _initpipe.wall_margin(grace)
+    margin = protocol.wall_margin(grace)
     kill_at = f"{round(grace - margin, 3):g}s"
-    lines = [f"Shutdown plan (grace period {g})"]
+    lines = [f"Shutdown plan (grace period {g})", _started_by(config)]
     started, pre_stop, wind_down = Phase.SHUTDOWN_STARTED, Phase.PRE_STOP, Phase.WIND_DOWN
     if started in phases:
         lines.append(_row(started, ", ".join(phases[started]), "[0s]"))
@@ -177,6 +178,11 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
         f"Hooks end {format_duration(reserve)} before the kill."
     )
     return lines
+
+
+def _started_by(config: Config) -> str:
+    names = ", ".join(signal_name(s) for s in sorted(config.shutdown_signals))
+    return f"  Started by {names} (shutdown_signals); any other signal is forwarded to the main process."
 
 
 def _stop_window(process: ProcessSpec, offset: float, grace: float, before: str, kill_at: str) -> tuple[str, bool]:

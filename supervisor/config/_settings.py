@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import overload
 
 from .._units import parse_duration, parse_signal
@@ -302,6 +302,34 @@ class Settings:
         except ValueError as exc:
             self.error(key, str(exc))
             return default
+
+    def signal_set(self, key: str, default: frozenset[int], parse: Callable[[str | int], int]) -> frozenset[int]:
+        """A non-empty list of signals (``[QUIT, TERM]``; one name is a list
+        of one), each checked by ``parse``; a problem names the item."""
+        node = self._get(key, False)
+        if node is None:
+            return default
+        items = node.value if isinstance(node.value, list) else [node]
+        if not items:
+            self.error(key, "expected a list of signals such as [QUIT, TERM], got an empty list")
+            return default
+        found: set[int] = set()
+        for index, item in enumerate(items):
+            where = f"{self.name(key)}[{index}]" if isinstance(node.value, list) else self.name(key)
+            value = item.value
+            if item.bad:
+                return default
+            if isinstance(value, bool) or not isinstance(value, int | str):
+                self.problems.append(
+                    Problem(item.position, f"{where}: expected a signal name such as TERM, got {item.describe()}")
+                )
+                return default
+            try:
+                found.add(parse(value))
+            except ValueError as exc:
+                self.problems.append(Problem(item.position, f"{where}: {exc}"))
+                return default
+        return frozenset(found)
 
     def string_list(self, key: str, default: Iterable[str] = ()) -> tuple[str, ...]:
         """A list of strings; a single string is a list of one."""

@@ -15,7 +15,7 @@ positions.  Otherwise it compares the processes by name:
 What cannot change in a running supervisor is said, not done: the main
 process (its exit ends the container), plugins' settings (plugins are
 configured once), ``log``, ``control`` and ``health``.  ``grace_period``
-takes effect at once, for PID 1's wall too.  ``dry_run`` answers with the
+and ``shutdown_signals`` take effect at once, for PID 1 too.  ``dry_run`` answers with the
 changes and does nothing.
 """
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from .._deadline import Deadline
-from .._units import format_duration
+from .._units import format_duration, signal_name
 from ..config import Config, ConfigError, ProcessSpec, plain_settings, start_levels, stop_levels
 
 if TYPE_CHECKING:
@@ -95,6 +95,9 @@ def compare(old: Config, new: Config) -> Changes:
         changes.applied_settings.append(
             f"grace_period: {format_duration(old.grace_period)} → {format_duration(new.grace_period)}"
         )
+    if old.shutdown_signals != new.shutdown_signals:
+        names = [", ".join(signal_name(s) for s in sorted(c.shutdown_signals)) for c in (old, new)]
+        changes.applied_settings.append(f"shutdown_signals: {names[0]} → {names[1]}")
     for plugin in sorted({*old.plugins, *new.plugins}):
         if plain_settings(old.plugins.get(plugin)) != plain_settings(new.plugins.get(plugin)):
             changes.needs_restart.append(f"plugin {plugin}'s settings")

@@ -48,6 +48,7 @@ Start order
   background hooks           kubernetes
 
 Shutdown plan (grace period 15s)
+  Started by SIGINT, SIGTERM (shutdown_signals); any other signal is forwarded to the main process.
   shutdown_started           kubernetes                            [0s]
   pre_stop                   sleep, kubernetes                     [from 0s]
   1. stop worker             SIGTERM, up to 3s                     [pre_stop end +0s – +3s]
@@ -76,6 +77,7 @@ Start order
   2. metrics                 after web; ready when 127.0.0.1:9100 accepts connections (within 60s)
 
 Shutdown plan (grace period 15s)
+  Started by SIGINT, SIGTERM (shutdown_signals); any other signal is forwarded to the main process.
   1. stop worker             SIGTERM, up to 3s                     [0s – 3s]
   1. stop metrics            SIGTERM, up to 3s                     [0s – 3s]
   2. stop web                SIGINT, up to 5s                      [3s – 8s]
@@ -93,6 +95,7 @@ Start order
   1. app (main)
 
 Shutdown plan (grace period 30s)
+  Started by SIGINT, SIGTERM (shutdown_signals); any other signal is forwarded to the main process.
   1. stop app                SIGTERM, until the deadline           [0s – 29.75s]
   post_stop                  -
   SIGKILL                    to every process still running        [29.75s]

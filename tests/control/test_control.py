@@ -141,7 +141,7 @@ def test_a_stale_socket_and_a_garbage_request(tmp_path: Path) -> None:
     listener.close()  # the file stays, nobody listens: what a killed supervisor leaves
     line = one_line_error(ctl(None, "status", socket=stale))
     assert "no supervisor is listening on" in line
-    with Supervisor(["--", "sleep", "30"]) as sup:
+    with Supervisor(["--control", "--", "sleep", "30"]) as sup:
         wait_status(sup, lambda a: row(a, "sleep")["state"] == "running")
         for request, expected in (
             (b"hello\n", "not JSON"),
@@ -222,7 +222,7 @@ def test_logs_of_a_main_process_started_before_trio(tmp_path: Path) -> None:
 
 
 def test_the_command_after_dashes_keeps_the_containers_output(tmp_path: Path) -> None:
-    with Supervisor(["--", "sh", "-c", "echo plain; exec sleep 60"]) as sup:
+    with Supervisor(["--control", "--", "sh", "-c", "echo plain; exec sleep 60"]) as sup:
         sup.wait_for("^plain$", stream="stdout")
         wait_status(sup, lambda a: row(a, "sh")["state"] == "running")
         line = one_line_error(ctl(sup, "logs", "sh"))
@@ -283,7 +283,9 @@ def test_the_socket_refuses_a_client_of_another_uid(shared_dir: Path) -> None:
     socket_path = str(shared_dir / "control.sock")
     # Real root inside (no user namespace), so the uids SO_PEERCRED reports
     # are the host's: the supervisor's 0, the client's 65534.
-    with Supervisor(["--", "sleep", "30"], env={"SUPERVISOR_SOCKET": socket_path}, user_namespace=False) as sup:
+    with Supervisor(
+        ["--control", "--", "sleep", "30"], env={"SUPERVISOR_SOCKET": socket_path}, user_namespace=False
+    ) as sup:
         wait_status(sup, lambda a: row(a, "sleep")["state"] == "running")
         assert stat.S_IMODE(os.stat(socket_path).st_mode) == 0o600
         line = one_line_error(ctl(sup, "status", prefix=NOBODY))
@@ -310,7 +312,7 @@ def test_the_client_imports_neither_trio_nor_the_cli_module() -> None:
     code = (
         "import sys\n"
         "sys.argv = ['supervisor', 'health', '--socket', '/nonexistent/control.sock']\n"
-        "from supervisor._init import main\n"
+        "from supervisor._main import main\n"
         "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
         "heavy = [m for m in ('trio', 'pluggy', 'yaml', 'supervisor.cli', 'supervisor.config') if m in sys.modules]\n"
         "print(code, heavy)\n"

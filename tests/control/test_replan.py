@@ -152,7 +152,7 @@ def test_replan_says_what_needs_a_restart(tmp_path: Path) -> None:
 
 
 def test_replan_without_a_file_is_refused() -> None:
-    with Supervisor(["--", "sh", "-c", "echo up; exec sleep 60"]) as sup:
+    with Supervisor(["--control", "--", "sh", "-c", "echo up; exec sleep 60"]) as sup:
         sup.wait_for("^up$", stream="stdout")
         wait_status(sup, lambda a: True)
         result = ctl(sup, "replan")

@@ -110,7 +110,8 @@ def test_the_main_process_can_start_before_trio_is_imported() -> None:
     # everything on that path must stay free of it.
     code = (
         "import sys, supervisor.cli as c\n"
-        "config = c.build_config(c.parse_run_args(['--', 'true']))\n"
+        "from supervisor.pid1.options import parse_run_args\n"
+        "config = c.build_config(parse_run_args(['--', 'true']))\n"
         "hooks = c._load_plugins(config)\n"
         "import supervisor.runtime.spawn\n"
         "print(sorted(m for m in ('trio', 'yaml', 'pluggy') if m in sys.modules))\n"

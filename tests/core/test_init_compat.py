@@ -49,7 +49,7 @@ def test_a_stop_signal_dropped_by_rewrite_is_not_a_second_one(tmp_path: Path) ->
         f"def stop(*_):\n    while not os.path.exists({str(go)!r}): time.sleep(0.01)\n    sys.exit(0)\n"
         "signal.signal(signal.SIGTERM, stop)\nprint('ready', flush=True)\ntime.sleep(60)\n"
     )
-    with Supervisor(["--rewrite", "INT:0", "--", PY, "-c", exit_when_told]) as sup:
+    with Supervisor(["-v", "--rewrite", "INT:0", "--", PY, "-c", exit_when_told]) as sup:
         sup.wait_for("^ready$", stream="stdout")
         sup.signal(signal.SIGTERM)
         sup.wait_for("stopping")

@@ -21,10 +21,13 @@ NOT_IN_PID1 = ("trio", "pluggy", "yaml", "kubernetes", "prctl", "logging", "json
 
 
 def test_the_init_layer_imports_only_light_stdlib_modules() -> None:
-    code = "import sys; before = set(sys.modules); import supervisor._init; print(sorted(set(sys.modules) - before))"
+    code = (
+        "import sys; before = set(sys.modules); import supervisor._main, supervisor.pid1.direct; "
+        "print(sorted(set(sys.modules) - before))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = ast.literal_eval(result.stdout)
-    assert "supervisor._init" in loaded
+    assert "supervisor.pid1.init" in loaded and "supervisor.pid1.direct" in loaded
     heavy = [name for name in loaded if name.split(".")[0] in NOT_IN_PID1]
     assert heavy == [], heavy
     ours = {name for name in loaded if name.split(".")[0] == "supervisor"}
@@ -33,6 +36,28 @@ def test_the_init_layer_imports_only_light_stdlib_modules() -> None:
     for name in ours:
         outside = _third_party_imports(name)
         assert outside == set(), (name, outside)
+
+
+# What PID 1's package may import of the rest: stdlib-only leaves that both
+# processes share (value types, the log line, /proc, the parser's errors).
+SHARED_LEAVES = {
+    "supervisor",
+    "supervisor._units",
+    "supervisor._log",
+    "supervisor._status",
+    "supervisor._procstat",
+    "supervisor._cliparse",
+}
+
+
+def test_pid1_sits_at_the_bottom_of_the_import_graph() -> None:
+    graph = _import_graph()
+    pid1 = {name for name in graph if name.startswith("supervisor.pid1")}
+    assert {"supervisor.pid1.init", "supervisor.pid1.protocol", "supervisor.pid1.options"} <= pid1
+    above = {name: sorted(graph[name] - pid1 - SHARED_LEAVES) for name in pid1}
+    assert all(not edges for edges in above.values()), above
+    for leaf in SHARED_LEAVES - {"supervisor"}:
+        assert graph[leaf] <= SHARED_LEAVES, (leaf, graph[leaf])
 
 
 def test_the_package_has_no_import_cycles() -> None:

@@ -214,7 +214,7 @@ def test_skipped_pre_stop_row_reads_once(tmp_path: Path) -> None:
 
 
 def test_status_names_pid_1_and_nothing_is_left_behind(tmp_path: Path) -> None:
-    with Supervisor(["--", "sh", "-c", "echo up; exec sleep 60"]) as sup:
+    with Supervisor(["--control", "--", "sh", "-c", "echo up; exec sleep 60"]) as sup:
         sup.wait_for("^up$", stream="stdout")
         answer = wait_status(sup, lambda a: True)
         assert answer["supervisor"]["pid"] == 1 and answer["supervisor"]["orchestrator_pid"] == 2

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._initpipe import wall_margin
+from supervisor.pid1.protocol import wall_margin
 from tests.core.children import IGNORE_TERM, SIGNAL_REPORTER
 from tests.pid1 import (
     SUPERVISOR,
@@ -113,6 +113,7 @@ def test_sigint_reaches_the_main_process_and_gives_130() -> None:
 
 def test_rewrite_maps_and_drops_signals() -> None:
     args = [
+        "-v",  # forwarding is logged at debug level only
         "--rewrite",
         "USR1:USR2",
         "--rewrite",
@@ -204,7 +205,7 @@ def test_child_ignoring_sigterm_is_killed_at_the_deadline() -> None:
 
 
 def test_second_sigterm_escalates_at_once() -> None:
-    with Supervisor(["--grace-period", "60s", "--", PY, "-c", IGNORE_TERM]) as sup:
+    with Supervisor(["-v", "--grace-period", "60s", "--", PY, "-c", IGNORE_TERM]) as sup:
         sup.wait_for("^ready$", stream="stdout")
         sup.signal(signal.SIGTERM)
         sup.wait_for("stopping")
@@ -220,7 +221,8 @@ def test_sigterm_during_start_up_is_not_lost() -> None:
     # which then spends ~100 ms importing trio, pluggy and yaml.  A SIGTERM
     # in that window must still give a graceful shutdown rather than vanish
     # (PID 1 of a namespace ignores signals it has no handler for).
-    with Supervisor(["--", "sleep", "30"]) as sup:
+    # --control: the orchestrator's path (without it PID 1 runs the command).
+    with Supervisor(["--control", "--", "sleep", "30"]) as sup:
         pid = sup.pid
         wait_until(lambda: Path(f"/proc/{pid}/task/{pid}/children").read_text().strip(), interval=0.0002)
         sup.signal(signal.SIGTERM)
@@ -287,7 +289,7 @@ def test_daemonized_grandchild_gets_its_cleanup_time(tmp_path: Path) -> None:
 
 
 def test_supervisor_killed_while_not_pid1_leaves_no_child() -> None:
-    with Supervisor(["--grace-period", "3s", "--", "sleep", "1000"], pid1=False) as sup:
+    with Supervisor(["-v", "--grace-period", "3s", "--", "sleep", "1000"], pid1=False) as sup:
         match = sup.wait_for(r"started sleep \(pid (\d+)\)")
         child = int(match.group(1))
         assert pid_alive(child)
@@ -366,7 +368,8 @@ def test_children_keep_the_callers_working_directory(tmp_path: Path) -> None:
 
 
 def test_shutdown_exits_promptly_after_the_last_process() -> None:
-    with Supervisor(["--", "sleep", "30"]) as sup:
+    # --control: the orchestrator's path, which logs a timeline.
+    with Supervisor(["--control", "--", "sleep", "30"]) as sup:
         sup.wait_for("started sleep")
         sup.signal(signal.SIGTERM)
         assert sup.wait() == 143
@@ -375,7 +378,7 @@ def test_shutdown_exits_promptly_after_the_last_process() -> None:
 
 def test_a_stopped_main_process_is_continued_so_it_can_stop() -> None:
     with Supervisor(
-        ["--grace-period", "10s", "--", "sh", "-c", "trap 'exit 0' TERM; echo up; while :; do sleep 0.02; done"]
+        ["-v", "--grace-period", "10s", "--", "sh", "-c", "trap 'exit 0' TERM; echo up; while :; do sleep 0.02; done"]
     ) as sup:
         match = sup.wait_for(r"started sh \(pid (\d+)\)")
         sup.wait_for("^up$", stream="stdout")
@@ -424,7 +427,8 @@ def test_the_supervisors_own_broken_pipes_are_not_forwarded(tmp_path: Path) -> N
 def test_signals_reach_a_main_process_started_before_the_orchestrator_was_ready() -> None:
     # `supervisor -- COMMAND` starts COMMAND before trio is imported; a signal
     # in that window is held and delivered once the process is supervised.
-    with Supervisor(["--", PY, "-c", SIGNAL_REPORTER]) as sup:
+    # --control: the orchestrator's path (without it PID 1 runs the command).
+    with Supervisor(["--control", "--", PY, "-c", SIGNAL_REPORTER]) as sup:
         pid = sup.pid
         wait_until(lambda: Path(f"/proc/{pid}/task/{pid}/children").read_text().strip(), interval=0.0002)
         orchestrator = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])

@@ -9,6 +9,7 @@ socket); signals are handed to it as its signal receiver would.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +24,7 @@ from supervisor._orchestrator import Orchestrator
 from supervisor._shutdown import Shutdown, ShutdownTracker
 from supervisor.config import Config
 from supervisor.config._model import ControlSettings
+from supervisor.pid1.protocol import Reached, StatusPipe, StatusReader
 from supervisor.pid1.state import IllegalShutdownTransition, ShutdownState
 
 
@@ -115,3 +117,22 @@ async def test_hurrying_before_any_shutdown_is_refused() -> None:
     tracker = ShutdownTracker()
     with pytest.raises(IllegalShutdownTransition, match="running → hurrying"):
         tracker.hurry()
+
+
+async def test_pid1_is_told_each_state_the_orchestrator_enters_once() -> None:
+    read_end, write_end = os.pipe()
+    orchestrator = Orchestrator(
+        Config(grace_period=30.0, control=ControlSettings(enabled=False)), NoPlugins(), status=StatusPipe(write_end)
+    )
+    codes: list[int] = []
+    try:
+        async with running(orchestrator, codes):
+            orchestrator._on_signal(signal.SIGTERM)
+            orchestrator._on_signal(signal.SIGTERM)
+            orchestrator._on_signal(signal.SIGTERM)
+        os.set_blocking(read_end, False)  # as PID 1 reads it
+        reached = [m for m in StatusReader(read_end).read() if isinstance(m, Reached)]
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert reached == [Reached(ShutdownState.STOPPING), Reached(ShutdownState.HURRYING)]

@@ -16,7 +16,8 @@ pytestmark = [pytest.mark.podman, pytest.mark.slow, pytest.mark.xdist_group("pod
 
 
 def test_supervisor_status_through_exec_as_the_images_user(image: BuiltImage, containers: Containers) -> None:
-    container = containers.start(image.name, "--", "sh", "-c", "echo hello from main; exec sleep 300")
+    # --control: without a configuration PID 1 runs the command itself, with no socket.
+    container = containers.start(image.name, "--control", "--", "sh", "-c", "echo hello from main; exec sleep 300")
     container.wait_for_log("hello from main")
     result = _status_once_the_socket_is_up(container)
     assert result.returncode == 0, result.stderr

@@ -224,7 +224,8 @@ def test_a_child_ignoring_sigterm_is_killed_by_the_supervisor_before_podman(
         "print('ignoring SIGTERM', flush=True)\n"
         "time.sleep(3600)\n"
     )
-    container = containers.start(image.name, "--grace-period", "2s", "--", "python3", "-c", stubborn)
+    # --control: the orchestrator's path, whose escalation and timeline this reads.
+    container = containers.start(image.name, "--control", "--grace-period", "2s", "--", "python3", "-c", stubborn)
     container.wait_for_log(r"^ignoring SIGTERM")
 
     took = container.stop(5)

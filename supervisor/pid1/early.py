@@ -13,7 +13,7 @@ import signal
 import time
 from types import FrameType
 
-from ._units import FORWARDABLE_SIGNALS, PIPE_RELAY
+from .._units import FORWARDABLE_SIGNALS, PIPE_RELAY
 
 __all__ = ["ORCHESTRATOR_SIGNALS", "EarlySignals"]
 

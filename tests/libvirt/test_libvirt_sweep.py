@@ -32,6 +32,14 @@ def _fake_guest(base: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([str(qemu), "600"])
 
 
+def _proc(pid: int) -> tuple[bytes, str]:
+    """What /proc says of ``pid`` now: its command line and state."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes(), Path(f"/proc/{pid}/stat").read_text()
+    except OSError as exc:
+        return b"", str(exc)
+
+
 def _dead_pid() -> int:
     child = subprocess.Popen(["true"])
     child.wait()
@@ -43,8 +51,13 @@ def test_a_dead_runs_guest_and_directory_are_swept(root: Path) -> None:
     (dead.base / "owner").write_text(f"{_dead_pid()} 1")
     guest = _fake_guest(dead.base)
     try:
+        seen = Path(f"/proc/{guest.pid}/cmdline").read_bytes()
         assert sweep_dead_runs(root) == [dead.base]
-        assert guest.wait(timeout=30) == -9
+        try:
+            status = guest.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            status = None
+        assert status == -9, (seen, _proc(guest.pid))
         assert not dead.base.exists()
     finally:
         if guest.poll() is None:

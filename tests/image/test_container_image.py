@@ -253,8 +253,10 @@ def test_a_child_ignoring_sigterm_is_killed_by_the_supervisor_before_podman(
 def test_orphans_inside_the_container_leave_no_zombie(image: BuiltImage, containers: Containers) -> None:
     orphans = 20
     # Each subshell exits at once, leaving its `sleep` to PID 1 -- the
-    # supervisor's init layer, which has to reap it when it dies.
-    script = f"for i in $(seq {orphans}); do (sleep 600 &); done; echo spawned; exec sleep 3600"
+    # supervisor's init layer, which has to reap it when it dies.  The main
+    # process is not a `sleep`: without a configuration PID 1 runs it
+    # itself, so it too is a child of PID 1.
+    script = f"for i in $(seq {orphans}); do (sleep 600 &); done; echo spawned; exec tail -f /dev/null"
     container = containers.start(image.name, "--", "sh", "-c", script)
     container.wait_for_log(r"^spawned")
 
@@ -272,7 +274,7 @@ def test_orphans_inside_the_container_leave_no_zombie(image: BuiltImage, contain
     assert [p for p in table if p[2] == "Z"] == [], table  # no zombie: every orphan reaped
 
     container.stop(10)
-    assert container.exit_code() == 128 + 15  # sleep, the main process, died of SIGTERM
+    assert container.exit_code() == 128 + 15  # tail, the main process, died of SIGTERM
 
 
 # --------------------------------------------------------------------------

@@ -31,8 +31,8 @@ from .config import Config, ProcessSpec, start_levels
 from .control.service import Services
 from .pid1.early import ORCHESTRATOR_SIGNALS
 from .pid1.exits import ExitCode
-from .pid1.protocol import Log, MainPid, Reached, ShutdownSignals, StatusPipe, wall_margin
-from .pid1.state import ShutdownState
+from .pid1.protocol import Log, MainPid, Reached, ShutdownSignals, StatusPipe
+from .pid1.state import ShutdownState, wall_margin
 from .runtime import SupervisedProcess
 from .runtime.output import install_std_streams
 from .runtime.spawn import raise_open_files_limit

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor.pid1.protocol import wall_margin
+from supervisor.pid1.state import wall_margin
 
 from .._bench import Bench
 from .._results import Figure, Row, Target, percentile

@@ -126,13 +126,13 @@ def _shutdown_section(config: Config, phases: dict[str, list[str]]) -> list[str]
     # Imported here: the Deadline's module imports trio, which loading a
     # configuration does not otherwise need.
     from .. import _deadline
-    from ..pid1 import protocol
+    from ..pid1.state import wall_margin
 
     grace = config.grace_period
     reserve = _deadline.reserve_for(grace)
     g = format_duration(grace)
     # The orchestrator escalates a margin before the wall, where PID 1 kills.
-    margin = protocol.wall_margin(grace)
+    margin = wall_margin(grace)
     kill_at = f"{round(grace - margin, 3):g}s"
     lines = [f"Shutdown plan (grace period {g})", _started_by(config)]
     started, pre_stop, wind_down = Phase.SHUTDOWN_STARTED, Phase.PRE_STOP, Phase.WIND_DOWN

@@ -9,9 +9,11 @@ reaping, the stop signals with the grace period's wall, the sweep.
 
 What a stop signal does is what the orchestrator's default plan does for a
 lone main process: the main process gets its stop signal (TERM, or what
-``--rewrite TERM:...`` says; SIGINT itself for SIGINT, as Ctrl-C), a second
-stop signal SIGKILLs it at once, and at the wall PID 1 kills everything and
-exits 137.  Other signals are forwarded as they come (``--rewrite``,
+``--rewrite TERM:...`` says; SIGINT itself for SIGINT, as Ctrl-C), SIGKILL
+to its process group a margin before the wall if it is still running (the
+plan's escalation, so that PID 1 has exited before the kubelet's own
+SIGKILL at the grace period), a second stop signal SIGKILLs it at once, and
+at the wall PID 1 kills everything and exits 137.  Other signals are forwarded as they come (``--rewrite``,
 ``--process-group``).  The exit status is the main process's (``-e`` maps
 codes to 0), like tini's.  Nothing is logged unless something goes wrong;
 ``-v`` tells every step.
@@ -32,7 +34,7 @@ from .._units import format_duration, signal_name
 from .exits import ExitCode
 from .init import InitLayer
 from .options import RunOptions
-from .state import ShutdownState
+from .state import ShutdownState, wall_margin
 
 __all__ = ["DirectInit"]
 
@@ -44,6 +46,9 @@ class DirectInit(InitLayer):
         # The main process's stop signal: what the orchestrator's plan gives
         # the command (its ProcessSpec.stop_signal).
         self.stop_signal = options.rewrite.get(signal.SIGTERM, signal.SIGTERM) or signal.SIGTERM
+        # Whether the main process got its SIGKILL (escalation, a second
+        # stop signal): then only the wall is left to wait for.
+        self.killed = False
 
     def _start(self) -> None:
         report_r, report_w = os.pipe()  # close-on-exec: EOF once the exec worked
@@ -109,6 +114,37 @@ class DirectInit(InitLayer):
         self.hurry_wall = time.monotonic()
         self.shutdown.advance_to(ShutdownState.HURRYING)
         self._say(WARNING, f"received {signal_name(signo)} again: SIGKILL to {self.child_name} now")
+        self._kill_child()
+
+    def _escalation(self) -> float | None:
+        """When the main process gets SIGKILL if it is still running: the
+        wall less the margin the orchestrator's plan keeps (None: not
+        stopping, or already killed)."""
+        wall = self.wall
+        if wall is None or self.killed:
+            return None
+        return wall - wall_margin(self.grace)
+
+    def _next_wake(self) -> float | None:
+        escalation = self._escalation()
+        return self.wall if escalation is None else escalation
+
+    def _on_wake(self, info: signal.struct_siginfo | None) -> None:
+        escalation = self._escalation()
+        if escalation is None or self.child_status is not None or time.monotonic() < escalation:
+            return
+        assert self.stop_signal_at is not None
+        self._say(
+            WARNING,
+            f"escalating: SIGKILL to {self.child_name}, still running "
+            f"{time.monotonic() - self.stop_signal_at:.3f}s after the stop signal "
+            f"(the grace period of {format_duration(self.grace)} ends in "
+            f"{format_duration(round(wall_margin(self.grace), 3))})",
+        )
+        self._kill_child()
+
+    def _kill_child(self) -> None:
+        self.killed = True
         # Its whole group, as the orchestrator's escalation does.
         self._send(signal.SIGKILL, group=True)
 

@@ -199,6 +199,10 @@ class InitLayer:
     def _on_wake(self, info: signal.struct_siginfo | None) -> None:
         """Every wake-up of the loop, with what woke it (None: the timeout)."""
 
+    def _next_wake(self) -> float | None:
+        """Until when the loop may sleep when nothing happens: the wall."""
+        return self.wall
+
     def _child_gone(self) -> None:
         """The child has been reaped; before the sweep."""
 
@@ -234,7 +238,7 @@ class InitLayer:
 
     def _supervise(self) -> None:
         while self.child_status is None:
-            info = self._wait(self.wall)
+            info = self._wait(self._next_wake())
             # sigwaitinfo hands out the lowest pending signal first, so a
             # stream of them must never starve SIGCHLD: reap on every wake-up.
             self._reap()

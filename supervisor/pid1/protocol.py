@@ -68,7 +68,6 @@ __all__ = [
     "Wall",
     "decode",
     "encode",
-    "wall_margin",
 ]
 
 # A write to the status pipe wakes PID 1 with this real-time signal (it is
@@ -81,23 +80,6 @@ STATUS_SIGNAL = _STATUS_SIGNAL
 # SIGKILL its processes and log the timeline; short enough that a user who
 # pressed Ctrl-C twice is not kept waiting.
 SECOND_SIGNAL_SLICE = 1.0
-
-# The orchestrator escalates to SIGKILL this much before the wall, so that it
-# can finish on its own (kill, reap, log the timeline, exit) before PID 1 has
-# to step in: 5 % of the grace period, at most 250 ms.  On an idle machine
-# that takes about 5 ms, but on a loaded one the orchestrator waits for a
-# core between each of those steps: with 1 % (20 ms of a 2 s grace period)
-# the wall often came first at a load of 17 on 2 cores, and the user lost
-# the timeline.  The cost is that a process without a stop_timeout is
-# killed up to 250 ms before the grace period ends, which the kubelet's own
-# SIGKILL at the grace period would not have spared it anyway.
-_MARGIN_FRACTION = 0.05
-_MARGIN_MAX = 0.25
-
-
-def wall_margin(grace_period: float) -> float:
-    """How long before the wall the orchestrator's own escalation comes."""
-    return min(_MARGIN_MAX, grace_period * _MARGIN_FRACTION)
 
 
 # -- the messages ----------------------------------------------------------------

@@ -22,9 +22,8 @@ from supervisor.pid1.protocol import (
     Wall,
     decode,
     encode,
-    wall_margin,
 )
-from supervisor.pid1.state import ShutdownState
+from supervisor.pid1.state import ShutdownState, wall_margin
 
 
 def layer(*args: str) -> OrchestratorInit:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.pid1.protocol import wall_margin
+from supervisor.pid1.state import wall_margin
 from tests.core.children import IGNORE_TERM, SIGNAL_REPORTER
 from tests.pid1 import (
     SUPERVISOR,
@@ -176,8 +176,28 @@ def test_without_process_group_only_the_main_process_is_signalled(tmp_path: Path
     assert marker.read_text().split() == ["main", "sub-term"], sup.output
 
 
-def test_child_ignoring_sigterm_is_killed_at_the_deadline() -> None:
+def test_child_ignoring_sigterm_is_killed_before_the_deadline_on_the_direct_path() -> None:
+    # No configuration: PID 1 runs the command itself and escalates as the
+    # orchestrator's plan would, the wall margin before the wall.
     with Supervisor(["--grace-period", "1s", "--log-format", "json", "--", PY, "-c", IGNORE_TERM]) as sup:
+        sup.wait_for("^ready$", stream="stdout")
+        sup.signal(signal.SIGTERM)
+        sent = time.monotonic()
+        assert sup.wait() == 137
+        took = time.monotonic() - sent
+    records = sup.json_records()
+    # It waited for the grace period (less the margin: 50 ms), measured from
+    # after the test's kill() returned, which a busy machine may delay; the
+    # upper bound gives a loaded machine its slack.  Under load PID 1 may
+    # wake only at the wall itself, which it holds too.
+    assert 0.5 <= took < 5, took
+    if ended_at_the_wall(records, "stop python"):
+        return
+    assert any("escalating: SIGKILL to python" in str(r["message"]) for r in records), records
+
+
+def test_child_ignoring_sigterm_is_killed_at_the_deadline() -> None:
+    with Supervisor(["--control", "--grace-period", "1s", "--log-format", "json", "--", PY, "-c", IGNORE_TERM]) as sup:
         sup.wait_for("^ready$", stream="stdout")
         sup.signal(signal.SIGTERM)
         sent = time.monotonic()

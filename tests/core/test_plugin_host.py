@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.pid1.protocol import wall_margin
+from supervisor.pid1.state import wall_margin
 from tests.pid1 import Supervisor, run, wait_until
 
 # Where a hook of a 10 s shutdown is cut: the orchestrator's escalation

@@ -107,6 +107,9 @@ def test_the_example_runs_with_the_supervisor_as_pid_1(real_node: RealNode, exam
         assert spec["livenessProbe"]["httpGet"]["path"] == "/livez"
         out = real_node.kubectl("exec", "-n", example, name, "--", "supervisor", "status")
         assert "controller" in out and "running" in out, out
+        # The controller's output, kept by the supervisor, as docs/control.md shows.
+        logs = real_node.kubectl("exec", "-n", example, name, "--", "supervisor", "logs", "controller")
+        assert "controller" in logs and logs.count("\n") >= 1, logs
         comm = real_node.kubectl("exec", "-n", example, name, "--", "cat", "/proc/1/cmdline")
         assert "supervisor" in comm, comm
 

@@ -176,15 +176,24 @@ def test_without_process_group_only_the_main_process_is_signalled(tmp_path: Path
     assert marker.read_text().split() == ["main", "sub-term"], sup.output
 
 
-def test_child_ignoring_sigterm_is_killed_before_the_deadline_on_the_direct_path() -> None:
-    # No configuration: PID 1 runs the command itself and escalates as the
-    # orchestrator's plan would, the wall margin before the wall.
-    with Supervisor(["--grace-period", "1s", "--log-format", "json", "--", PY, "-c", IGNORE_TERM]) as sup:
+def _stop_a_child_ignoring_sigterm(*options: str) -> tuple[Supervisor, float]:
+    """SIGTERM to a supervisor (1 s grace period, JSON log) whose only
+    process ignores it; the ended supervisor (status 137) and how long
+    after the signal it exited."""
+    args = [*options, "--grace-period", "1s", "--log-format", "json", "--", PY, "-c", IGNORE_TERM]
+    with Supervisor(args) as sup:
         sup.wait_for("^ready$", stream="stdout")
         sup.signal(signal.SIGTERM)
         sent = time.monotonic()
         assert sup.wait() == 137
         took = time.monotonic() - sent
+    return sup, took
+
+
+def test_child_ignoring_sigterm_is_killed_before_the_deadline_on_the_direct_path() -> None:
+    # No configuration: PID 1 runs the command itself and escalates as the
+    # orchestrator's plan would, the wall margin before the wall.
+    sup, took = _stop_a_child_ignoring_sigterm()
     records = sup.json_records()
     # It waited for the grace period (less the margin: 50 ms), measured from
     # after the test's kill() returned, which a busy machine may delay; the
@@ -197,12 +206,7 @@ def test_child_ignoring_sigterm_is_killed_before_the_deadline_on_the_direct_path
 
 
 def test_child_ignoring_sigterm_is_killed_at_the_deadline() -> None:
-    with Supervisor(["--control", "--grace-period", "1s", "--log-format", "json", "--", PY, "-c", IGNORE_TERM]) as sup:
-        sup.wait_for("^ready$", stream="stdout")
-        sup.signal(signal.SIGTERM)
-        sent = time.monotonic()
-        assert sup.wait() == 137
-        took = time.monotonic() - sent
+    sup, took = _stop_a_child_ignoring_sigterm("--control")
     records = sup.json_records()
     if ended_at_the_wall(records, "stop python"):
         # PID 1 held the wall at 1 s; what follows (kill, reap, exit) gets a

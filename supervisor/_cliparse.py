@@ -2,17 +2,20 @@
 "did you mean", option values that start with a dash, and a look inside a
 parser for ``help``, ``--help`` and shell completion.
 
-Stdlib only (argparse, difflib): PID 1 (supervisor/pid1/options.py) and the
-control commands' client use it, and
-it must start in milliseconds.
+Stdlib only (argparse): the full command line (supervisor/cli.py) and the
+control commands' client use it; it must start in milliseconds.  PID 1
+parses the run command line without argparse (supervisor/pid1/options.py),
+raising the same `UsageError`.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import NoReturn
+
+from ._usage import UsageError, did_you_mean
 
 __all__ = [
     "Parser",
@@ -23,21 +26,6 @@ __all__ = [
     "option_strings",
     "subcommands",
 ]
-
-
-class UsageError(Exception):
-    """A mistake on the command line; the message is the whole story."""
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """``; did you mean 'status'?`` for a near miss (the two nearest when
-    both are near), else nothing."""
-    # Imported here: only a mistake needs it, and `supervisor health` runs
-    # as an exec probe every few seconds.
-    import difflib
-
-    close = difflib.get_close_matches(word, list(choices), n=2, cutoff=0.6)
-    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 class Parser(argparse.ArgumentParser):

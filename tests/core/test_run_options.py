@@ -9,13 +9,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from supervisor._cliparse import UsageError
-from supervisor.pid1.options import parse_run_args
+from supervisor._cliparse import UsageError, join_option_values
+from supervisor.pid1.options import OPTIONS, InfoRequested, _parse_options, parse_run_args, run_parser
 from tests.core.children import SIGNAL_REPORTER
 from tests.pid1 import SUPERVISOR, pid_alive, run, wait_until
 
@@ -56,12 +56,78 @@ def test_shutdown_signals_take_a_list_of_names() -> None:
             parse_run_args([f"--shutdown-signals={bad}", "--", "a"])
 
 
+# PID 1 reads the table with its own small parser; what shows the options
+# (--help, `supervisor help`, completion) is argparse made from the same
+# table.  Both must read every command line alike: same values, same message.
+SPELLINGS = [
+    ["-vvg", "-c", "a.yaml"],
+    ["-cfile.yaml", "-V"],
+    ["-c=file.yaml", "-h"],
+    ["--conf", "x.yaml", "--grace", "2s"],
+    ["--grace-period", "-1s"],
+    ["--grace", "-1s"],
+    ["-e", "-1"],
+    ["-e", "143", "-e143", "--expect-exit=0"],
+    ["-p", "-TERM"],
+    ["-p-TERM"],
+    ["-vx"],
+    ["-v=g", "--verb"],
+    ["--verbose=2"],
+    ["--control=1"],
+    ["--con"],
+    ["--ver"],
+    ["--log", "json"],
+    ["--log-format", "xml"],
+    ["--log-level=debug", "--log-format", "json"],
+    ["--rewrite", "TERM:QUIT", "--rewrite=HUP:0", "--process"],
+    ["--rewrite", "KILL:0"],
+    ["--shutdown-signals", "QUIT,TERM"],
+    ["--shutdown-signal=STOP"],
+    ["--bogus=1", "-g"],
+    ["--grace-perod", "3s"],
+    ["app", "-v", "--gracee"],
+    ["-", "-1", "-a b"],
+    ["-c"],
+    ["-vc"],
+    ["--grace-period", "--con"],
+    ["-c", "--con"],
+]
+
+
+def _outcome(parse: Callable[[list[str]], object], args: list[str]) -> object:
+    try:
+        return parse(args)
+    except UsageError as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize("args", SPELLINGS, ids=" ".join)
+def test_pid1_reads_every_spelling_as_argparse_does(args: list[str]) -> None:
+    parser = run_parser()
+    ours = _outcome(_parse_options, args)
+    theirs = _outcome(lambda a: vars(parser.parse_args(join_option_values(a, parser))), args)
+    assert ours == theirs
+
+
+def test_the_help_shows_every_option_of_the_one_table() -> None:
+    text = run_parser().format_help()
+    for option in OPTIONS:
+        assert ", ".join(option.names) in text or option.names[0] in text, option.names
+        assert option.help.split()[0] in text
+    with pytest.raises(InfoRequested):
+        parse_run_args(["-vh"])
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["-p", "NOPE", "--", "true"], "argument -p/--parent-death-signal: unknown signal 'NOPE'"),
         (["-vpNOPE", "--", "true"], "argument -p/--parent-death-signal: unknown signal 'NOPE'"),
         (["--shutdown-signals", "STOP", "--", "true"], "SIGSTOP cannot start the shutdown"),
+        (["--grace-perod", "3s", "--", "true"], "arguments: --grace-perod 3s; did you mean '--grace-period'?"),
+        (["--log", "json", "--", "true"], "ambiguous option: --log could match --log-format, --log-level"),
+        (["-e", "-1", "--", "true"], "argument -e/--expect-exit: invalid exit code '-1'"),
+        (["-vx", "--", "true"], "argument -v/--verbose: ignored explicit argument 'x'"),
     ],
 )
 def test_a_mistake_is_one_line_and_exit_2(args: list[str], message: str) -> None:

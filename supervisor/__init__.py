@@ -8,8 +8,9 @@ pluggy are importing (see ``supervisor._main``).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+# Not `typing.TYPE_CHECKING`: the console script imports this package first,
+# and PID 1 imports nothing the Python floor does not (docs/architecture.md).
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -97,13 +98,15 @@ if not TYPE_CHECKING:
     # every attribute exist (as Any), so that ``from supervisor import
     # Deadlin`` passed; without it, the imports above are all there is.
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         # PEP 562: the first access imports the defining module; the value is
         # then cached in the module's globals, so later ones skip this.
         try:
             module = _EXPORTS[name]
         except KeyError:
             raise AttributeError(f"module 'supervisor' has no attribute {name!r}") from None
+        import importlib
+
         value = getattr(importlib.import_module(module, __name__), name)
         globals()[name] = value
         return value

@@ -11,13 +11,17 @@ anything starts.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
-from typing import NoReturn
 
 from .pid1.init import BLOCKED, inherited_fds, reset_ignored_signals
+
+# Not `typing.TYPE_CHECKING`: PID 1 imports nothing the Python floor does
+# not (docs/architecture.md); type checkers know a variable of this name.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 __all__ = ["ALLOW_PYTHONPATH_ENV", "main"]
 
@@ -57,7 +61,7 @@ def _subcommand(args: list[str]) -> int:
 
 
 def _run(args: list[str], caller_mask: set[int]) -> int:
-    from ._cliparse import UsageError
+    from ._usage import UsageError
     from .pid1.options import PROG, InfoRequested, parse_run_args
 
     try:
@@ -82,9 +86,11 @@ def _run(args: list[str], caller_mask: set[int]) -> int:
 def _exit(code: int) -> NoReturn:
     # Everything is done; interpreter shutdown would only delay the exit
     # (about 7 ms), and with it the container's end.
-    with contextlib.suppress(OSError, ValueError):
+    try:
         sys.stdout.flush()
         sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
     os._exit(code)
 
 

@@ -8,19 +8,25 @@ already imports, as PID 1 uses it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 __all__ = ["ProcStat", "read_stat"]
 
 
-class ProcStat(NamedTuple):
-    pid: int
-    comm: str
-    """The command name the kernel keeps (at most 15 bytes, as ps shows it)."""
-    state: str
-    """One letter: R running, S sleeping, D in uninterruptible I/O, Z zombie,
-    T stopped by a signal, t stopped by a tracer, ..."""
-    ppid: int
+class ProcStat:
+    # A class with slots, not a NamedTuple: ``typing`` would be most of
+    # PID 1's start-up beyond the Python floor.
+    __slots__ = ("comm", "pid", "ppid", "state")
+
+    def __init__(self, pid: int, comm: str, state: str, ppid: int) -> None:
+        self.pid = pid
+        self.comm = comm
+        """The command name the kernel keeps (at most 15 bytes, as ps shows it)."""
+        self.state = state
+        """One letter: R running, S sleeping, D in uninterruptible I/O, Z zombie,
+        T stopped by a signal, t stopped by a tracer, ..."""
+        self.ppid = ppid
+
+    def __repr__(self) -> str:
+        return f"ProcStat(pid={self.pid}, comm={self.comm!r}, state={self.state!r}, ppid={self.ppid})"
 
     @property
     def zombie(self) -> bool:

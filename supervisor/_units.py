@@ -6,8 +6,6 @@ imported.
 
 from __future__ import annotations
 
-import math
-import re
 import signal
 
 __all__ = [
@@ -25,8 +23,8 @@ __all__ = [
     "signal_name",
 ]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# "ms" before "s" and "m": the first unit the text ends with is its unit.
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 # Signals 1-31 that a PID 1 passes on.  KILL and STOP cannot be caught, CHLD is
 # the reaper's own business, and TSTP/TTIN/TTOU are terminal job control: a
@@ -65,16 +63,23 @@ def parse_duration(text: str | int | float) -> float:
     if isinstance(text, bool):
         raise ValueError(f"expected a duration such as 30s or 500ms, got {text!r}")  # noqa: TRY004
     if isinstance(text, int | float):
-        if text < 0 or not math.isfinite(text):
+        if not 0 <= text < float("inf"):  # NaN too
             raise ValueError(f"a duration must be a finite number >= 0, got {text!r}")
         return float(text)
-    match = _DURATION.match(text)
-    if match is None:
+    # Read by hand, not with a regular expression: PID 1 parses
+    # --grace-period, and ``re`` would be a millisecond of its start-up.
+    number, seconds = text.strip(), 1.0
+    for unit, factor in _UNIT_SECONDS.items():
+        if number.endswith(unit):
+            number, seconds = number.removesuffix(unit).rstrip(), factor
+            break
+    whole, dot, fraction = number.partition(".")
+    if not (whole.isdecimal() or (not whole and dot and fraction)) or not (fraction.isdecimal() or not fraction):
         raise ValueError(
             f"invalid duration {text!r}: use a number of seconds or a number with "
             "ms, s, m or h (30, 30s, 500ms, 1.5s, 2m)"
         )
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    return float(number) * seconds
 
 
 # The grace period's bounds.  Below a second the shutdown plan has no time to

@@ -21,7 +21,6 @@ codes to 0), like tini's.  Nothing is logged unless something goes wrong;
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import signal
@@ -149,11 +148,13 @@ class DirectInit(InitLayer):
         self._send(signal.SIGKILL, group=True)
 
     def _send(self, signo: int, *, group: bool) -> None:
-        with contextlib.suppress(ProcessLookupError):
+        try:
             if group:
                 os.killpg(self.child, signo)  # its own group (setpgid in _exec)
             else:
                 os.kill(self.child, signo)
+        except ProcessLookupError:
+            pass
 
     def _exit_code(self) -> int:
         assert self.child_status is not None
@@ -179,18 +180,22 @@ def _exec(command: tuple[str, ...], report_fd: int, *, orphan_signal: int | None
             # Not PID 1, so SIGKILL can take us away (as PID 1 of a
             # namespace, the kernel kills everything then): the command goes
             # with us instead of running on unsupervised.
-            with contextlib.suppress(ImportError, OSError):
+            try:
                 import prctl
 
                 prctl.set_pdeathsig(orphan_signal)
+            except (ImportError, OSError):
+                pass
             if os.getppid() != parent:  # it died before we asked
                 os._exit(128 + orphan_signal)
-        with contextlib.suppress(OSError):
+        try:
             if os.isatty(0):
                 # The foreground group before it can read the terminal (a
                 # background read stops it with SIGTTIN), and so that Ctrl-C
                 # reaches it; SIGTTOU is still blocked here.
                 os.tcsetpgrp(0, os.getpgrp())
+        except OSError:
+            pass
         # Python ignores SIGPIPE and SIGXFSZ, and ignored stays ignored
         # across exec; SIGINT has Python's handler until the exec.
         for signo in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
@@ -199,8 +204,10 @@ def _exec(command: tuple[str, ...], report_fd: int, *, orphan_signal: int | None
         os.execvp(command[0], command)
     except OSError as exc:
         number = exc.errno or errno.ENOEXEC
-        with contextlib.suppress(OSError):
+        try:
             os.write(report_fd, str(number).encode())
+        except OSError:
+            pass
         os._exit(ExitCode.NOT_FOUND if number == errno.ENOENT else ExitCode.NOT_EXECUTABLE)
     finally:
         os._exit(ExitCode.NOT_EXECUTABLE)

@@ -8,7 +8,6 @@ replayed into trio's signal receiver once it exists.  Stdlib only.
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import time
 from types import FrameType
@@ -38,7 +37,7 @@ class EarlySignals:
         # the kernel tells us with SIGTERM and we shut our processes down
         # instead of leaving them running.  The init layer is single-threaded,
         # so the "parent thread exited" caveat of PDEATHSIG does not apply.
-        with contextlib.suppress(ImportError, OSError):
+        try:
             import os
 
             import prctl
@@ -46,6 +45,8 @@ class EarlySignals:
             prctl.set_pdeathsig(signal.SIGTERM)
             if os.getppid() != parent_pid:  # it died before we asked
                 early._record(signal.SIGTERM, None)
+        except (ImportError, OSError):
+            pass
         # Children inherit the mask through fork and exec; start them clean.
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         return early

@@ -38,7 +38,6 @@ the wall) → exit with its code.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
@@ -93,9 +92,11 @@ def inherited_fds() -> tuple[int, ...]:
     for entry in os.listdir("/proc/self/fd"):
         fd = int(entry)
         if fd > 2:
-            with contextlib.suppress(OSError):
+            try:
                 if os.get_inheritable(fd):
                     fds.append(fd)
+            except OSError:
+                pass
     return tuple(sorted(fds))
 
 
@@ -415,16 +416,20 @@ class InitLayer:
 
     def _signal(self, signo: int, processes: list[ProcStat]) -> None:
         if self.is_pid1:
-            with contextlib.suppress(ProcessLookupError):
+            try:
                 os.kill(-1, signo)
+            except ProcessLookupError:
+                pass
             return
         self._signal_each(signo, processes)
 
     @staticmethod
     def _signal_each(signo: int, processes: list[ProcStat]) -> None:
         for process in processes:
-            with contextlib.suppress(ProcessLookupError):
+            try:
                 os.kill(process.pid, signo)
+            except ProcessLookupError:
+                pass
 
     def _wait_for_no_children(self, deadline: float, *, wake_on_exit: bool = False) -> bool:
         """Reap until no child is left (True) or the deadline passes (False).

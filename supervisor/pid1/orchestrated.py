@@ -8,7 +8,6 @@ the wall and name the step the shutdown is in (supervisor/pid1/protocol.py).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import signal
@@ -139,8 +138,10 @@ class OrchestratorInit(InitLayer):
             return
         if self.debugging:
             self._say(DEBUG, f"received {signal_name(signo)}, passing it to the orchestrator", sender=sender)
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.kill(self.child, PIPE_RELAY if signo == signal.SIGPIPE else signo)
+        except ProcessLookupError:
+            pass
 
     def _forward_to_main(self, signo: int) -> bool:
         """The main process's signal, from here: False when it is gone (the
@@ -200,9 +201,11 @@ def _orchestrator_child(options: RunOptions, status_fd: int, inherited_fds: tupl
         traceback.print_exc()
         return ExitCode.PROCESS_FAILED
     finally:
-        with contextlib.suppress(Exception):
+        try:
             sys.stdout.flush()
             sys.stderr.flush()
+        except Exception:
+            pass
         output = sys.modules.get("supervisor.runtime.output")
         if output is not None:
             # Queued log lines get a moment; a stuck sink does not hold us.

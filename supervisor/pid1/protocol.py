@@ -36,21 +36,23 @@ period from the same moment.
 
 The pipe's read end raises ``STATUS_SIGNAL`` in PID 1 on every write
 (``F_SETSIG``), so PID 1, which sleeps in ``sigtimedwait``, hears each line at
-once.  Stdlib only, and no dataclasses (they import ``inspect``): both
+once.  Stdlib only, and nothing the Python floor does not import (no
+dataclasses, which import ``inspect``, nor ``typing.NamedTuple``): both
 processes use it before trio, PID 1 for the life of the pod.
 """
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import time
-from collections.abc import Callable
-from typing import NamedTuple
 
 from .init import STATUS_SIGNAL as _STATUS_SIGNAL
 from .state import ShutdownState
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "SECOND_SIGNAL_SLICE",
@@ -85,34 +87,74 @@ SECOND_SIGNAL_SLICE = 1.0
 # -- the messages ----------------------------------------------------------------
 
 
-class Log(NamedTuple):
-    format: str
-    level: str
+class _Message:
+    """A value: its fields are its ``__slots__``, in ``match`` order too."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._fields() == self._fields()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._fields()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in zip(self.__slots__, self._fields(), strict=True))
+        return f"{type(self).__name__}({fields})"
 
 
-class Grace(NamedTuple):
-    seconds: float
+class Log(_Message):
+    __slots__ = __match_args__ = ("format", "level")
+
+    def __init__(self, format: str, level: str) -> None:
+        self.format = format
+        self.level = level
 
 
-class ShutdownSignals(NamedTuple):
-    signals: frozenset[int]
+class Grace(_Message):
+    __slots__ = __match_args__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
 
 
-class Wall(NamedTuple):
-    monotonic: float
+class ShutdownSignals(_Message):
+    __slots__ = __match_args__ = ("signals",)
+
+    def __init__(self, signals: frozenset[int]) -> None:
+        self.signals = signals
 
 
-class Phase(NamedTuple):
-    text: str
+class Wall(_Message):
+    __slots__ = __match_args__ = ("monotonic",)
+
+    def __init__(self, monotonic: float) -> None:
+        self.monotonic = monotonic
 
 
-class Reached(NamedTuple):
-    state: ShutdownState
+class Phase(_Message):
+    __slots__ = __match_args__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
-class MainPid(NamedTuple):
-    pid: int
-    """0: the main process has exited (or was never started)."""
+class Reached(_Message):
+    __slots__ = __match_args__ = ("state",)
+
+    def __init__(self, state: ShutdownState) -> None:
+        self.state = state
+
+
+class MainPid(_Message):
+    __slots__ = __match_args__ = ("pid",)
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        """0: the main process has exited (or was never started)."""
 
 
 Message = Log | Grace | ShutdownSignals | Wall | Phase | Reached | MainPid
@@ -189,13 +231,17 @@ class StatusPipe:
     def __init__(self, fd: int | None) -> None:
         self.fd = fd
         if fd is not None:
-            with contextlib.suppress(OSError):
+            try:
                 os.set_blocking(fd, False)
+            except OSError:
+                pass
 
     def send(self, message: Message) -> None:
         if self.fd is not None:
-            with contextlib.suppress(OSError):
+            try:
                 os.write(self.fd, encode(message))
+            except OSError:
+                pass
 
     def grace(self, seconds: float) -> None:
         self.send(Grace(seconds))

@@ -38,6 +38,52 @@ def test_the_init_layer_imports_only_light_stdlib_modules() -> None:
         assert outside == set(), (name, outside)
 
 
+# What PID 1 may import beyond the Python floor (benchmarks/floor_init.py:
+# os, signal, sys, and what they bring: enum, functools, collections, types,
+# operator): the package's own modules, ``__future__`` (the module the
+# ``from __future__`` statement loads, a few dozen lines), the ``errno``
+# built in, and the two small extension modules of the status pipe
+# (``fcntl``: F_SETSIG; ``mmap``: the shared page).  ``typing`` alone was
+# 5 ms of a 13 ms floor; ``argparse`` brought ``re``, ``gettext`` and
+# ``shutil`` (with zlib, bz2 and lzma mapped into PID 1 for good).
+BEYOND_THE_FLOOR = {"__future__", "errno", "fcntl", "mmap"}
+NEVER_IN_PID1 = ("typing", "re", "argparse", "contextlib", "shutil", "importlib.util", "dataclasses", "gettext")
+
+# As far as PID 1 gets before it forks, on either path: imported, the
+# command line parsed (once argparse built a parser here), the init object
+# made.  ``-S``: no site-packages, so that no .pth file (an editable
+# install's finder imports pathlib and re) hides what the package imports.
+_PID1_SO_FAR = """
+import sys
+sys.path.insert(0, {root!r})
+import os, signal
+floor = set(sys.modules)
+from supervisor._main import main
+from supervisor.pid1.options import parse_run_args
+from supervisor.pid1.direct import DirectInit
+from supervisor.pid1.orchestrated import OrchestratorInit
+import supervisor.pid1.early, supervisor.pid1.protocol
+DirectInit(parse_run_args(["-vgp", "TERM", "--grace-period=2s", "-e", "143", "--", "true"]))
+OrchestratorInit(parse_run_args(["-c", "plan.yaml", "--rewrite", "TERM:QUIT", "--log-format", "json"]))
+print(sorted(set(sys.modules) - floor))
+"""
+
+
+def _pid1_imports_beyond_the_floor() -> list[str]:
+    code = _PID1_SO_FAR.format(root=str(PACKAGE.parent))
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
+    loaded: list[str] = ast.literal_eval(result.stdout)
+    return loaded
+
+
+def test_pid1_imports_nothing_the_python_floor_does_not() -> None:
+    loaded = _pid1_imports_beyond_the_floor()
+    assert {"supervisor._main", "supervisor.pid1.direct", "supervisor.pid1.orchestrated"} <= set(loaded)
+    assert [name for name in NEVER_IN_PID1 if name in loaded] == []
+    extra = [name for name in loaded if name.split(".")[0] != "supervisor" and name not in BEYOND_THE_FLOOR]
+    assert extra == [], extra
+
+
 # What PID 1's package may import of the rest: stdlib-only leaves that both
 # processes share (value types, the log line, /proc, the parser's errors).
 SHARED_LEAVES = {
@@ -46,7 +92,7 @@ SHARED_LEAVES = {
     "supervisor._log",
     "supervisor._status",
     "supervisor._procstat",
-    "supervisor._cliparse",
+    "supervisor._usage",
 }
 
 

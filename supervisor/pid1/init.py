@@ -71,6 +71,12 @@ _DEFAULT_SWEEP_SECONDS = 5.0
 # from a killed orchestrator, or stuck in uninterruptible sleep) before exiting.
 _KILL_SECONDS = 2.0
 _SI_USER = 0  # si_code of a kill(2); the kernel's SIGIO has POLL_* codes.
+# sigwaitinfo hands out the lowest-numbered pending signal first, so a steady
+# stream of lower ones (SIGUSR1 is 10, SIGCHLD 17) could hold SIGCHLD back
+# as long as the stream lasts.  The loop reaps when SIGCHLD wakes it, and at
+# least this often whatever woke it: a forwarded signal's path has no waitpid
+# call of its own (its latency is PID 1's figure to beat).
+_REAP_AT_LEAST_EVERY = 0.005
 
 
 def reset_ignored_signals() -> None:
@@ -137,7 +143,9 @@ class InitLayer:
         self.options = options
         self.inherited_fds = inherited_fds
         self.log = log_settings(options)
-        self.is_pid1 = os.getpid() == 1
+        # Our own PID, asked once: a signal we sent ourselves is ours alone.
+        self.pid = os.getpid()
+        self.is_pid1 = self.pid == 1
         self.parent = os.getppid()
         self.child = 0
         self.child_status: int | None = None
@@ -238,11 +246,12 @@ class InitLayer:
     # -- while the child runs ---------------------------------------------------------
 
     def _supervise(self) -> None:
+        reap_by = 0.0
         while self.child_status is None:
             info = self._wait(self._next_wake())
-            # sigwaitinfo hands out the lowest pending signal first, so a
-            # stream of them must never starve SIGCHLD: reap on every wake-up.
-            self._reap()
+            if info is None or info.si_signo == signal.SIGCHLD or time.monotonic() >= reap_by:
+                self._reap()
+                reap_by = time.monotonic() + _REAP_AT_LEAST_EVERY
             self._on_wake(info)
             if info is not None:
                 self._on_signal(info)
@@ -261,7 +270,7 @@ class InitLayer:
 
     def _on_signal(self, info: signal.struct_siginfo) -> None:
         signo = info.si_signo
-        if signo in (signal.SIGCHLD, STATUS_SIGNAL) or info.si_pid == os.getpid():
+        if signo in (signal.SIGCHLD, STATUS_SIGNAL) or info.si_pid == self.pid:
             # Our own SIGPIPE (a log line to a closed stderr) is ours alone;
             # passing it on would feed a loop of log lines and signals.
             return

@@ -189,9 +189,16 @@ def _orchestrator_child(options: RunOptions, status_fd: int, inherited_fds: tupl
         from .early import EarlySignals
 
         early = EarlySignals.install(os.getppid())
+        from_plan = None
+        if options.config_path and not options.command and not early.pending:
+            # Before the imports below (~70 ms): the main process from the
+            # file's compiled plan, if `supervisor check` wrote a usable one.
+            from .._compiled import start_from_plan
+
+            from_plan = start_from_plan(options.config_path, inherited_fds)
         from ..cli import run_main  # the heavy imports: trio, pluggy, yaml
 
-        return run_main(options, early=early, status_fd=status_fd, inherited_fds=inherited_fds)
+        return run_main(options, early=early, status_fd=status_fd, inherited_fds=inherited_fds, from_plan=from_plan)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     except BaseException:

@@ -39,6 +39,7 @@ from . import __version__
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
     from .config import Config
 
@@ -257,99 +258,83 @@ class StartedFromPlan:
 
 def start_from_plan(config_path: str, inherited_fds: tuple[int, ...]) -> StartedFromPlan | None:
     """Start ``config_path``'s main process from its compiled plan, or None
-    (no usable plan, or the start failed: the usual path starts it and
-    reports why it cannot)."""
+    (no usable plan, an interactive start, or the start failed: the usual
+    path starts it, and reports why it cannot)."""
     recipe = read_plan(config_path)
-    if recipe is None:
+    if recipe is None or (recipe.process_group and _isatty(0)):
+        # A terminal is handed to the main process's group between fork and
+        # exec (supervisor.runtime.spawn), which posix_spawn cannot do; an
+        # interactive start is not one to save milliseconds on.
         return None
     try:
-        return _start(recipe, inherited_fds)
+        return _spawn(recipe)
     except OSError:
         return None
 
 
-def _start(recipe: Recipe, inherited_fds: tuple[int, ...]) -> StartedFromPlan | None:
-    """fork + exec with ``spawn_options``'s semantics (see the class
-    docstring of Recipe); None if the exec failed."""
+def _spawn(recipe: Recipe) -> StartedFromPlan | None:
+    """``posix_spawn`` with ``spawn_options``'s semantics: the supervisor's
+    environment with ``env`` on top, ``cwd``, its own process group, our
+    stdin, the output captured unless stdout is a terminal (as under tini
+    then), the default disposition for what Python ignores (SIGPIPE,
+    SIGXFSZ: ``subprocess``'s restore_signals).  The descriptors passed on
+    are those PID 1 inherited (socket activation): this process opened
+    everything else close-on-exec.  None if no executable is found.
+
+    posix_spawn (vfork underneath) rather than fork: a fork of this process
+    copies its page tables and then faults on every page the child's Python
+    code touches, some milliseconds on a small machine.
+    """
     env = {**os.environ, **recipe.env}
-    # The main process keeps the terminal when stdout is one, as under tini.
-    captured = not _isatty(1)
-    handover = recipe.process_group and _isatty(0)
-    pipes = (os.pipe(), os.pipe()) if captured else None
-    error_read, error_write = os.pipe()  # close-on-exec: EOF once exec succeeded
+    here = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if recipe.cwd is not None else None
+    pipes = None
     try:
-        pid = os.fork()
-        if pid == 0:
-            _child(recipe, env, pipes, inherited_fds, error_write=error_write, handover=handover)  # never returns
-        os.close(error_write)
-        error_write = -1
-        failed = _read_all(error_read, 64)
-    except BaseException:
-        for fd in (*(fd for pair in pipes or () for fd in pair), error_write):
-            if fd >= 0:
-                os.close(fd)
+        if recipe.cwd is not None:
+            # posix_spawn has no chdir; this process is single-threaded, and
+            # back in its own directory before anything else runs.  (First:
+            # a relative command or PATH entry is the new directory's.)
+            os.chdir(recipe.cwd)
+        program = _executable(recipe.argv[0], env)
+        if program is None:
+            return None
+        pipes = (os.pipe(), os.pipe()) if not _isatty(1) else None  # close-on-exec
+        try:
+            pid = os.posix_spawn(program, recipe.argv, env, **_spawn_attributes(recipe, pipes))
+        finally:
+            for pair in pipes or ():
+                os.close(pair[1])
+    except OSError:
+        for pair in pipes or ():
+            os.close(pair[0])
         raise
     finally:
-        os.close(error_read)
+        if here is not None:
+            os.fchdir(here)
+            os.close(here)
+    return StartedFromPlan(recipe, pid, *((pipes[0][0], pipes[1][0]) if pipes else (None, None)))
+
+
+def _spawn_attributes(recipe: Recipe, pipes: tuple[tuple[int, int], tuple[int, int]] | None) -> dict[str, Any]:
+    # Started while every signal is still blocked here (the early handlers
+    # come after it): it starts with none blocked, as any child does.
+    attributes: dict[str, Any] = {"setsigmask": (), "setsigdef": (signal.SIGPIPE, signal.SIGXFSZ)}
     if pipes is not None:
-        os.close(pipes[0][1])
-        os.close(pipes[1][1])
-    started = StartedFromPlan(recipe, pid, *((pipes[0][0], pipes[1][0]) if pipes else (None, None)))
-    if failed:
-        started.discard()  # reaps it; the usual path reports the error
-        return None
-    return started
+        attributes["file_actions"] = [(os.POSIX_SPAWN_DUP2, pipes[0][1], 1), (os.POSIX_SPAWN_DUP2, pipes[1][1], 2)]
+    if recipe.process_group:
+        attributes["setpgroup"] = 0
+    return attributes
 
 
-def _child(
-    recipe: Recipe,
-    env: dict[str, str],
-    pipes: tuple[tuple[int, int], tuple[int, int]] | None,
-    inherited_fds: tuple[int, ...],
-    *,
-    error_write: int,
-    handover: bool,
-) -> None:
-    """Between fork and exec, in the order ``subprocess`` uses; any failure
-    goes to the parent through ``error_write``."""
-    try:
-        if pipes is not None:
-            os.dup2(pipes[0][1], 1)
-            os.dup2(pipes[1][1], 2)
-        if recipe.cwd is not None:
-            os.chdir(recipe.cwd)
-        # Python ignores these; a program expects them at their defaults
-        # (subprocess's restore_signals).
-        for signo in (signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(signo, signal.SIG_DFL)
-        if recipe.process_group:
-            os.setpgid(0, 0)
-            if handover:
-                _hand_over_terminal()
-        keep = sorted({0, 1, 2, error_write, *inherited_fds})
-        for low, high in zip([*keep], [*keep[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
-            if high > low + 1:
-                os.closerange(low + 1, high)
-        for fd in inherited_fds:
-            os.set_inheritable(fd, True)
-        os.execvpe(recipe.argv[0], recipe.argv, env)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.write(error_write, str(getattr(exc, "errno", None) or 0).encode())
-    finally:
-        os._exit(127)
-
-
-def _hand_over_terminal() -> None:
-    """The new process group becomes the terminal's foreground group before
-    the program can read it (see ``supervisor.runtime.spawn._with_terminal``)."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
-    try:
-        os.tcsetpgrp(0, os.getpgrp())
-    except OSError:
-        pass
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+def _executable(name: str, env: dict[str, str]) -> str | None:
+    """Where ``execvpe`` would find ``name`` with ``env``'s PATH (which
+    ``posix_spawnp`` would take from this process instead)."""
+    if "/" in name:
+        return name
+    for directory in os.get_exec_path(env):
+        candidate = os.path.join(directory, name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return None
 
 
 def _isatty(fd: int) -> bool:

@@ -326,9 +326,9 @@ def test_the_main_process_starts_alike(tmp_path: Path, compiled: bool) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()
     config = tmp_path / "plan.yaml"
-    # The shell reports its own signal mask and ignored signals (Python
-    # ignores SIGPIPE and SIGXFSZ of its own), then becomes the reporter.
-    shell = f"grep -E '^Sig(Blk|Ign)' /proc/$$$$/status; exec {PY} {report}"
+    # The signal mask and ignored signals the shell hands down, seen by grep
+    # (Python ignores SIGPIPE and SIGXFSZ of its own); then the reporter.
+    shell = f"grep -E '^Sig(Blk|Ign)' /proc/self/status; exec {PY} {report}"
     config.write_text(
         "processes:\n"
         f'  - name: main\n    main: true\n    command: ["sh", "-c", "{shell}"]\n'
@@ -343,7 +343,8 @@ def test_the_main_process_starts_alike(tmp_path: Path, compiled: bool) -> None:
             ["-v", "-c", str(config)],
             env={"FROM_CALLER": "caller"},
             pass_fds=[write_end],
-            wrap=["prlimit", "--nofile=512:4096"],
+            # A caller that ignores signals (as nohup does) and limits open files.
+            wrap=["sh", "-c", 'trap "" HUP USR2; exec "$@"', "sh", "prlimit", "--nofile=512:4096"],
         )
     finally:
         os.close(read_end)
@@ -379,3 +380,23 @@ def test_reading_the_plan_imports_nothing_the_init_layer_has_not() -> None:
     source = Path(supervisor.__file__).with_name("_compiled.py").read_text()
     imported = {line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))}
     assert imported == {"__future__", "contextlib", "marshal", "os", "signal", "."}, imported
+
+
+@pytest.mark.parametrize("where", ["PATH", "cwd"])
+def test_the_command_is_found_as_exec_finds_it(tmp_path: Path, compiled: bool, where: str) -> None:
+    """On the PATH of the process's own ``env``, or relative to its ``cwd``."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    program = tools / "hello"
+    program.write_text(f"#!/bin/sh\necho hello from {where}\n")
+    program.chmod(0o755)
+    keys = f'command: ["hello"]\n    env: {{PATH: "{tools}:/usr/bin:/bin"}}\n'
+    if where == "cwd":
+        keys = f'command: ["./hello"]\n    cwd: {tools}\n'
+    config = tmp_path / "plan.yaml"
+    config.write_text(f"processes:\n  - name: main\n    main: true\n    {keys}")
+    _prepare(config, compiled)
+    status, sup = run(["-v", "-c", str(config)])
+    assert status == 0, sup.output
+    assert started_from_plan(sup) == compiled
+    assert sup.stdout_lines == [f"hello from {where}"]

@@ -168,21 +168,31 @@ def remove_plan(config_path: str) -> bool:
 def read_plan(config_path: str) -> Recipe | None:
     """The recipe of ``config_path``'s plan if it may be used now, else None."""
     data = _read_trusted(plan_path(config_path))
-    if data is None:
-        return None
     try:
-        plan = marshal.loads(data)
+        plan = marshal.loads(data) if data is not None else None
     except (EOFError, ValueError, TypeError):
         return None
     if not isinstance(plan, dict) or plan.get("format") != _FORMAT or plan.get("version") != __version__:
         return None
-    environ = plan.get("environ")
-    if not isinstance(environ, dict) or any(os.environ.get(name) != value for name, value in environ.items()):
-        return None  # a ${VAR} of the file would now read something else
     source = plan.get("source")
-    if not isinstance(source, bytes) or _read_file(config_path, len(source) + 1) != source:
+    if not _same_environment(plan.get("environ")) or not isinstance(source, bytes):
+        return None
+    if _read_file(config_path, len(source) + 1) != source:
         return None
     return Recipe.from_dict(plan.get("main"))
+
+
+def _same_environment(environ: object) -> bool:
+    """Whether every variable the file's ``${VAR}`` references read still
+    holds what it held at ``check`` (None: unset)."""
+    if not isinstance(environ, dict):
+        return False
+    for name, value in environ.items():
+        if not isinstance(name, str) or not (value is None or isinstance(value, str)):
+            return False
+        if os.environ.get(name) != value:
+            return False
+    return True
 
 
 def _read_trusted(path: str) -> bytes | None:
@@ -268,7 +278,7 @@ def start_from_plan(config_path: str, inherited_fds: tuple[int, ...]) -> Started
         return None
     try:
         return _spawn(recipe)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in an argument, say
         return None
 
 

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -205,10 +206,20 @@ def test_a_plan_of_another_version_is_ignored(tmp_path: Path) -> None:
     _ignored(tmp_path, config)
 
 
-def test_a_corrupt_plan_is_ignored(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda data: data[:40],
+        lambda data: marshal.dumps({**marshal.loads(data), "environ": {1: 2}}),
+        lambda data: marshal.dumps({**marshal.loads(data), "main": {"argv": []}}),
+        lambda data: marshal.dumps([1, 2]),
+    ],
+    ids=["truncated", "odd variables", "odd recipe", "not a plan"],
+)
+def test_a_corrupt_plan_is_ignored(tmp_path: Path, spoil: Callable[[bytes], bytes]) -> None:
     config = _config(tmp_path, "echo up")
     plan = compile_plan(config)
-    plan.write_bytes(plan.read_bytes()[:40])
+    plan.write_bytes(spoil(plan.read_bytes()))
     _ignored(tmp_path, config)
 
 

@@ -439,7 +439,8 @@ def _compile(path: str, source: bytes | None, environ: Mapping[str, str | None],
     recipe = recipe_of(config)
     if isinstance(recipe, str):
         removed = " (removed the one written before)" if remove_plan(path) else ""
-        return f"no compiled plan{removed}: {recipe}, so the orchestrator starts it"
+        then = ", so the orchestrator starts it" if config.main is not None else ""
+        return f"no compiled plan{removed}: {recipe}{then}"
     if source is None or _read_source(path) != source:
         return f"no compiled plan: {path} changed while it was being checked"
     try:

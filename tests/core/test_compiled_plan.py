@@ -135,6 +135,15 @@ def test_check_says_why_a_main_process_is_not_compiled_and_removes_the_old_plan(
     assert not plan.exists()
 
 
+def test_check_without_a_main_process_compiles_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "plan.yaml"
+    config.write_text('processes:\n  - name: helper\n    command: ["sleep", "30"]\n')
+    result = check(config)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == "supervisor check: no compiled plan: no process is `main: true`"
+    assert not (tmp_path / "__pycache__").exists()
+
+
 def test_check_on_a_read_only_directory_warns_and_succeeds(tmp_path: Path) -> None:
     config = _config(tmp_path, WAITING)
     # A read-only bind mount of the directory, in a mount namespace of its

@@ -23,7 +23,8 @@ import pytest
 import supervisor
 from tests.control._ctl import row, wait_status
 from tests.core.test_pid1 import GLIBC_RESERVED
-from tests.pid1 import SUPERVISOR, Supervisor, run
+from tests.core.test_terminal import _make_controlling_terminal, _read_until
+from tests.pid1 import SUPERVISOR, UNSHARE, Supervisor, run
 
 PY = sys.executable
 # The main process of most tests: says it is up, then waits on its own
@@ -420,3 +421,31 @@ def test_the_command_is_found_as_exec_finds_it(tmp_path: Path, compiled: bool, w
     assert status == 0, sup.output
     assert started_from_plan(sup) == compiled
     assert sup.stdout_lines == [f"hello from {where}"]
+
+
+def test_an_interactive_main_process_still_owns_the_terminal_from_its_first_read(tmp_path: Path) -> None:
+    # A compiled plan cannot hand the terminal over before the exec, so an
+    # interactive start takes the usual path, which does: the main process
+    # reads at once without being stopped by SIGTTIN.
+    config = _config(tmp_path, "read line; echo got:$line; exit 4")
+    compile_plan(config)
+    controller, terminal = os.openpty()
+    proc = subprocess.Popen(
+        [*UNSHARE, SUPERVISOR, "-c", str(config)],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=_make_controlling_terminal,  # noqa: PLW1509 - the test process has no threads of its own
+    )
+    os.close(terminal)
+    try:
+        os.write(controller, b"hello\n")
+        output = _read_until(controller, b"got:hello", 15)
+        assert b"got:hello" in output, output
+        assert proc.wait(15) == 4
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(controller)

@@ -24,7 +24,7 @@ import supervisor
 from tests.control._ctl import row, wait_status
 from tests.core.test_pid1 import GLIBC_RESERVED
 from tests.core.test_terminal import _make_controlling_terminal, _read_until
-from tests.pid1 import SUPERVISOR, UNSHARE, Supervisor, run
+from tests.pid1 import SUPERVISOR, UNSHARE, Supervisor, run, wait_until
 
 PY = sys.executable
 # The main process of most tests: says it is up, then waits on its own
@@ -449,3 +449,19 @@ def test_an_interactive_main_process_still_owns_the_terminal_from_its_first_read
             proc.kill()
             proc.wait()
         os.close(controller)
+
+
+def test_sigterm_during_start_up_is_not_lost(tmp_path: Path, compiled: bool) -> None:
+    # A SIGTERM as soon as the orchestrator exists: before or after the main
+    # process was started from the plan (a pending one skips the plan), the
+    # shutdown is graceful and nothing is left running.
+    config = tmp_path / "plan.yaml"
+    config.write_text('processes:\n  - name: main\n    main: true\n    command: ["sleep", "30"]\n')
+    _prepare(config, compiled)
+    with Supervisor(["-c", str(config)]) as sup:
+        pid = sup.pid
+        wait_until(lambda: Path(f"/proc/{pid}/task/{pid}/children").read_text().strip(), interval=0.0002)
+        sup.signal(signal.SIGTERM)
+        status = sup.wait(timeout=20)
+    assert status == 128 + signal.SIGTERM, sup.output
+    assert "shutting down: received SIGTERM" in sup.output

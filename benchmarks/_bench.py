@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._sandbox import Channel, Sandbox
-from ._subjects import FLOOR, OURS, PLAN, RunSpec, Subject, plan_subject
+from ._subjects import FLOOR, OURS, PLANS, RunSpec, Subject, plan_subject
 
 __all__ = ["Bench", "Run", "SetupError", "build_probe", "regular_install"]
 
@@ -96,6 +96,11 @@ class Bench:
         return plan_subject(self.ours.executable)
 
     @property
+    def plan_uncompiled(self) -> Subject:
+        """The same, without ``supervisor check`` first: no compiled plan."""
+        return plan_subject(self.ours.executable, compiled=False)
+
+    @property
     def floor(self) -> Subject | None:
         return next((s for s in self.subjects if s.name == FLOOR), None)
 
@@ -136,7 +141,7 @@ class Bench:
         channel = Channel(directory / "s")
         if command is None:
             command = [str(self.probe), *(arg.format(sock=channel.path, dir=directory) for arg in role)]
-        if subject.name == PLAN:
+        if subject.name in PLANS:
             # The plan's second process: the probe, silent until SIGTERM ends it.
             spec.setdefault("helper", [str(self.probe), "idle", str(channel.path)])
         run_spec = RunSpec(command=list(command), **spec)  # type: ignore[arg-type]
@@ -198,7 +203,7 @@ class Run:
         code = self.sandbox.exit_code()
         if code != expected:
             figure_problems.append(f"exit status {code}, expected {expected}")
-        if self.subject.name in (OURS, PLAN):
+        if self.subject.name in (OURS, *PLANS):
             crash = _traceback(self.sandbox.output(lines=10_000))
             if crash:
                 figure_problems.append(f"a traceback in the supervisor's log: {crash}")

@@ -9,13 +9,16 @@ no such option of its own).
 Two more are not inits of their own: the Python floor (floor_init.py, run by
 the interpreter of the supervisor measured, the least a Python PID 1 costs)
 and the supervisor with a plan (a configuration file naming the main process
-and one helper process, which needs the orchestrator).
+and one helper process, which needs the orchestrator), checked with
+``supervisor check`` first as an image build does, so that its compiled plan
+starts the main process; and once more without that step.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -24,10 +27,24 @@ from pathlib import Path
 
 from ._results import FLOOR
 
-__all__ = ["ANCHORS", "FLOOR", "OURS", "PLAN", "RunSpec", "Subject", "floor_subject", "plan_subject", "subject_version"]
+__all__ = [
+    "ANCHORS",
+    "FLOOR",
+    "OURS",
+    "PLAN",
+    "PLANS",
+    "PLAN_UNCOMPILED",
+    "RunSpec",
+    "Subject",
+    "floor_subject",
+    "plan_subject",
+    "subject_version",
+]
 
 OURS = "supervisor"
 PLAN = "supervisor with a plan"
+PLAN_UNCOMPILED = "supervisor with a plan, not compiled"
+PLANS = (PLAN, PLAN_UNCOMPILED)
 ANCHORS = ("tini", "dumb-init", "catatonit", "supervisord")
 # The C inits take the command directly, after these options.
 _C_INITS = {"tini": ["--"], "dumb-init": [], "catatonit": ["--"]}
@@ -67,9 +84,11 @@ class Subject:
             if spec.grace is not None:
                 argv += ["--grace-period", f"{spec.grace:g}s"]
             return argv if spec.main_in_yaml else [*argv, "--", *command]
-        if self.name == PLAN:
+        if self.name in PLANS:
             config = workdir / "plan.yaml"
             config.write_text(_plan_yaml(command, spec.helper))
+            if self.name == PLAN:
+                _compile(self.executable, config)
             argv = [self.executable, "-c", str(config)]
             return argv + (["--grace-period", f"{spec.grace:g}s"] if spec.grace is not None else [])
         if self.name == FLOOR:
@@ -107,8 +126,18 @@ def floor_subject(supervisor: str) -> Subject:
     return Subject(FLOOR, str(python) if python.exists() else sys.executable)
 
 
-def plan_subject(supervisor: str) -> Subject:
-    return Subject(PLAN, supervisor)
+def plan_subject(supervisor: str, *, compiled: bool = True) -> Subject:
+    return Subject(PLAN if compiled else PLAN_UNCOMPILED, supervisor)
+
+
+def _compile(supervisor: str, config: Path) -> None:
+    """``supervisor check``, as the image build runs it: it writes the
+    compiled plan next to ``config``."""
+    result = subprocess.run(
+        [supervisor, "check", "-c", str(config)], capture_output=True, text=True, timeout=120, check=False
+    )
+    if result.returncode != 0 or "compiled plan written" not in result.stderr:
+        raise OSError(f"supervisor check wrote no compiled plan: {result.stderr.strip() or result.returncode}")
 
 
 def _plan_yaml(main: Sequence[str], helper: Sequence[str]) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -40,6 +39,7 @@ from .runtime.spawn import raise_open_files_limit
 if TYPE_CHECKING:
     from ._hooks import HookRunner
     from .pid1.early import EarlySignals
+    from .runtime.child import AlreadyStarted
 
 __all__ = ["Orchestrator", "run_orchestrator"]
 
@@ -53,7 +53,7 @@ def run_orchestrator(  # noqa: PLR0913 - each is one fact of the start, passed o
     early: EarlySignals,
     status: StatusPipe | None = None,
     inherited_fds: tuple[int, ...] = (),
-    main_started: subprocess.Popen[bytes] | None = None,
+    main_started: AlreadyStarted | None = None,
     reload: Callable[[], Config] | None = None,
 ) -> int:
     # From here on no write to stdout/stderr can block the event loop.
@@ -79,7 +79,7 @@ class Orchestrator:
         *,
         early: EarlySignals | None = None,
         inherited_fds: tuple[int, ...] = (),
-        main_started: subprocess.Popen[bytes] | None = None,
+        main_started: AlreadyStarted | None = None,
         status: StatusPipe | None = None,
     ) -> None:
         self.config = config
@@ -126,9 +126,7 @@ class Orchestrator:
 
     # -- Replannable (supervisor/control/replan.py) ----------------------------------
 
-    def new_process(
-        self, spec: ProcessSpec, already_started: subprocess.Popen[bytes] | None = None
-    ) -> SupervisedProcess:
+    def new_process(self, spec: ProcessSpec, already_started: AlreadyStarted | None = None) -> SupervisedProcess:
         return SupervisedProcess(
             spec,
             self,

@@ -16,7 +16,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, cast
@@ -27,6 +27,7 @@ from ._cliparse import UsageError, describe_commands, did_you_mean, join_option_
 from .pid1.options import DESCRIPTION, PROG, RunOptions, grace_period_argument, run_parser
 
 if TYPE_CHECKING:
+    from ._compiled import StartedFromPlan
     from ._hooks import HookRunner
     from ._pluginhost import PluginHost
     from .config import Config
@@ -37,14 +38,15 @@ __all__ = ["RunOptions", "UsageError", "main", "print_info", "run_main"]
 USAGE_ERROR = 2
 
 
-def build_config(options: RunOptions) -> Config:
-    """The configuration file (if any) with the command line applied on top.
+def build_config(options: RunOptions, environ: Mapping[str, str] | None = None) -> Config:
+    """The configuration file (if any) with the command line applied on top;
+    its ``${VAR}`` references read ``environ`` (default: ours).
 
     Raises ConfigError or UsageError.
     """
     from .config import Config, ProcessSpec, load_config
 
-    config = load_config(options.config_path) if options.config_path else Config()
+    config = load_config(options.config_path, environ) if options.config_path else Config()
     if options.grace_period is not None:
         config = replace(config, grace_period=options.grace_period)
     if options.log_format is not None:
@@ -113,8 +115,14 @@ def run_main(
     early: EarlySignals,
     status_fd: int | None = None,
     inherited_fds: tuple[int, ...] = (),
+    from_plan: StartedFromPlan | None = None,
 ) -> int:
-    """The orchestrator process's main: load, supervise; returns the exit code."""
+    """The orchestrator process's main: load, supervise; returns the exit code.
+
+    ``from_plan`` is the main process already started from the compiled
+    plan (supervisor/_compiled.py): adopted once the file has been validated
+    as always.
+    """
     from .config import ConfigError
     from .pid1.protocol import Grace, ShutdownSignals, StatusPipe
 
@@ -126,11 +134,12 @@ def run_main(
         status.send(Grace(config.grace_period))
         status.send(ShutdownSignals(config.shutdown_signals))
         hooks = _load_plugins(config)
-    except UsageError as exc:
-        return _usage_error(str(exc))
-    except ConfigError as exc:
-        return _config_error(exc)
-    started = prespawn_main(config, hooks, early, inherited_fds)
+    except (UsageError, ConfigError) as exc:
+        if from_plan is not None:
+            # Not with this configuration: nothing runs unsupervised.
+            from_plan.discard()
+        return _usage_error(str(exc)) if isinstance(exc, UsageError) else _config_error(exc)
+    started = adopt_from_plan(config, from_plan) or prespawn_main(config, hooks, early, inherited_fds)
     from ._orchestrator import run_orchestrator  # trio: ~70 ms, after the spawn
 
     return run_orchestrator(
@@ -162,6 +171,26 @@ def reload_config(options: RunOptions) -> Config:
         # A host of its own: the running plugins keep their settings.
         PluginHost.discover().enable(config)
     return config
+
+
+def adopt_from_plan(config: Config, from_plan: StartedFromPlan | None) -> StartedFromPlan | None:
+    """``from_plan`` if it is the validated configuration's main process.
+    Identical bytes and variables give the same main process; should it
+    differ all the same, it is stopped (it was never told to do anything
+    but start) and the usual path starts the right one."""
+    if from_plan is None:
+        return None
+    from ._compiled import recipe_of
+
+    if recipe_of(config) == from_plan.recipe:
+        return from_plan
+    from_plan.discard()
+    print(
+        f"{PROG}: the main process started from the compiled plan is not the configuration's: "
+        "killed it and starting it again (run `supervisor check` to compile the file anew)",
+        file=sys.stderr,
+    )
+    return None
 
 
 def prespawn_main(
@@ -292,6 +321,11 @@ def command_parser(host: PluginHost | None) -> _Parser:
         help="as for run: replaces the file's grace_period",
     )
     check.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="do not write the compiled plan (FILE's __pycache__) that lets run start the main process sooner",
+    )
+    check.add_argument(
         "--effective",
         action="store_true",
         help="print the effective configuration instead: defaults filled in, ${VAR} expanded, secrets masked",
@@ -373,16 +407,80 @@ def _check(ns: argparse.Namespace, host: PluginHost) -> int:
     path = ns.config or os.environ.get("SUPERVISOR_CONFIG")
     if not path:
         raise UsageError("check needs a configuration: -c FILE or SUPERVISOR_CONFIG")
-    config = build_config(RunOptions(config_path=path, grace_period=ns.grace_period))
+    source = _read_source(path)
+    reads = _Reads(os.environ)
+    config = build_config(RunOptions(config_path=path, grace_period=ns.grace_period), reads)
     host.enable(config)
     problems = budget_problems(config)
     if problems:
         raise ConfigError(problems)
     if ns.effective:
         print(effective_config(config), end="")
-        return 0
-    print(render_plan(config, host.hooks_by_phase()))
+    else:
+        print(render_plan(config, host.hooks_by_phase()))
+    if not ns.no_compile:
+        sys.stdout.flush()  # the note follows the plan on a terminal
+        print(f"{PROG} check: {_compile(path, source, reads.read, config)}", file=sys.stderr)
     return 0
+
+
+def _read_source(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError:
+        return None  # load_config reports it
+
+
+def _compile(path: str, source: bytes | None, environ: Mapping[str, str | None], config: Config) -> str:
+    """Write (or remove) ``path``'s compiled plan; the sentence saying so."""
+    from ._compiled import plan_path, recipe_of, remove_plan, write_plan
+
+    recipe = recipe_of(config)
+    if isinstance(recipe, str):
+        removed = " (removed the one written before)" if remove_plan(path) else ""
+        then = ", so the orchestrator starts it" if config.main is not None else ""
+        return f"no compiled plan{removed}: {recipe}{then}"
+    if source is None or _read_source(path) != source:
+        return f"no compiled plan: {path} changed while it was being checked"
+    try:
+        written = write_plan(path, source, environ, recipe)
+    except OSError as exc:
+        return (
+            f"warning: compiled plan not written ({exc.strerror or exc}: {plan_path(path)}); "
+            "run starts the main process after loading the file"
+        )
+    return f"compiled plan written to {written}: run starts the main process before loading the file"
+
+
+class _Reads(Mapping[str, str]):
+    """An environment that remembers every variable looked up, and what it
+    held: a compiled plan is good only while they hold the same."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        self.read: dict[str, str | None] = {}
+
+    def __getitem__(self, name: str) -> str:
+        self.read[name] = self._environ.get(name)
+        return self._environ[name]
+
+    def get(self, name: str, default: object = None) -> str | None:  # type: ignore[override]
+        self.read[name] = value = self._environ.get(name)
+        return value if value is not None else default  # type: ignore[return-value]
+
+    def __contains__(self, name: object) -> bool:
+        if isinstance(name, str):
+            self.read[name] = self._environ.get(name)
+        return name in self._environ
+
+    def __iter__(self) -> Iterator[str]:
+        # Every variable, so the file depends on all of them.
+        self.read.update(self._environ)
+        return iter(self._environ)
+
+    def __len__(self) -> int:
+        return len(self._environ)
 
 
 def _plugins(host: PluginHost) -> int:

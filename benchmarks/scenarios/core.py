@@ -22,12 +22,14 @@ from supervisor.pid1.state import wall_margin
 from .._bench import Bench
 from .._results import Figure, Row, Target, percentile
 from .._sandbox import ExitWatch, SandboxError
-from .._subjects import OURS, PLAN, Subject
+from .._subjects import OURS, PLAN, PLAN_UNCOMPILED, PLANS, Subject
 
 __all__ = ["escalation", "exit_latency", "memory", "orphan_storm", "signal_forwarding", "startup"]
 
 MS = 1e6  # ns per ms
 WITH_PLAN = "with a plan (main + one helper process)"
+# A row that shows a figure beside its target row, with no target of its own.
+_INFORMATIONAL = Target("— (informational: no `supervisor check` before the run)", None)
 
 
 def each(bench: Bench, measure: Callable[[Subject], Figure]) -> tuple[Figure, dict[str, Figure]]:
@@ -91,12 +93,15 @@ def startup(bench: Bench) -> list[Row]:
             run.expect_exit(problems, 0)
             return (main.ns - started.ns) / MS
 
-    figures = interleaved(bench, 1 if bench.smoke else 20, once, [*bench.subjects, bench.plan])
-    ours, plan = figures.pop(OURS), figures.pop(PLAN)
+    subjects = [*bench.subjects, bench.plan, bench.plan_uncompiled]
+    figures = interleaved(bench, 1 if bench.smoke else 20, once, subjects)
+    ours, plan, uncompiled = figures.pop(OURS), figures.pop(PLAN), figures.pop(PLAN_UNCOMPILED)
     measure = "exec → main process exec (median)"
     return [
         Row("start-up", measure, "ms", Target.floor_multiple(1.5), ours, figures),
         Row("start-up", f"{measure}, {WITH_PLAN}", "ms", Target.floor_multiple(2), plan, figures),
+        # What `supervisor check` in the image build saves.
+        Row("start-up", f"{measure}, {WITH_PLAN}, not compiled", "ms", _INFORMATIONAL, uncompiled, figures),
     ]
 
 
@@ -125,7 +130,7 @@ def signal_forwarding(bench: Bench) -> list[Row]:
                 latencies.append((handled.ns - sent) / MS)
             run.sandbox.signal(signal.SIGTERM)
             run.expect_exit(problems, 0)
-        if not latencies and subject.name not in (OURS, PLAN):
+        if not latencies and subject.name not in (OURS, *PLANS):
             # An init that forwards nothing is a fact about it, not a wrong answer.
             return Figure(note="does not forward SIGUSR1: nothing reached the child in 2 s", problems=problems[1:])
         if not latencies:

@@ -187,12 +187,21 @@ def _wake_on_data(fd: int) -> None:
 def _orchestrator_child(options: RunOptions, status_fd: int, inherited_fds: tuple[int, ...]) -> int:
     """Runs in the forked child; returns its exit code (never raises)."""
     try:
+        from_plan = None
+        if options.config_path and not options.command and not signal.sigpending():
+            # First of all (~70 ms before trio and PyYAML are imported, 3 ms
+            # before the early handlers are): the main process from the
+            # file's compiled plan, if `supervisor check` wrote a usable one.
+            # Not after a stop signal: that one is still blocked, pending.
+            from .._compiled import start_from_plan
+
+            from_plan = start_from_plan(options.config_path, inherited_fds)
         from .early import EarlySignals
 
         early = EarlySignals.install(os.getppid())
         from ..cli import run_main  # the heavy imports: trio, pluggy, yaml
 
-        return run_main(options, early=early, status_fd=status_fd, inherited_fds=inherited_fds)
+        return run_main(options, early=early, status_fd=status_fd, inherited_fds=inherited_fds, from_plan=from_plan)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     except BaseException:

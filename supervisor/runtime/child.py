@@ -15,18 +15,23 @@ import logging
 import os
 import shlex
 import subprocess
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import trio
 
+from .._compiled import StartedFromPlan
 from .._status import ExitStatus
 from ..config import ProcessSpec
 from ..pid1.exits import ExitCode
 from .spawn import spawn_options
 
-__all__ = ["Child", "open_child", "shell_join", "spawn_failure"]
+__all__ = ["AlreadyStarted", "Child", "open_child", "shell_join", "spawn_failure"]
 
 log = logging.getLogger("supervisor.process")
+
+# The main process as started before trio: by subprocess (the command line's
+# prespawn) or by the compiled plan's fork and exec.
+AlreadyStarted: TypeAlias = subprocess.Popen[bytes] | StartedFromPlan
 
 
 class Child(Protocol):
@@ -45,10 +50,13 @@ class Child(Protocol):
 
 
 async def open_child(
-    spec: ProcessSpec, inherited_fds: tuple[int, ...], already_started: subprocess.Popen[bytes] | None
+    spec: ProcessSpec, inherited_fds: tuple[int, ...], already_started: AlreadyStarted | None
 ) -> Child:
     """Start ``spec`` (or adopt ``already_started``, which was started from
     it); raises what a spawn raises: OSError, SubprocessError."""
+    if isinstance(already_started, StartedFromPlan):
+        log.debug("%s (pid %d) was started from the compiled plan", spec.name, already_started.pid)
+        return _AdoptedPid(already_started)
     if already_started is not None:
         return _Adopted(already_started)
     o = spawn_options(spec, inherited_fds)
@@ -72,6 +80,27 @@ class _Adopted:
         try:
             await trio.lowlevel.wait_readable(self._pidfd)
             return self._popen.wait()
+        finally:
+            os.close(self._pidfd)
+
+
+class _AdoptedPid:
+    """A child the compiled plan forked and executed: waited for through its
+    pidfd, then reaped by its PID alone (``os.waitpid``), so no other child's
+    status can be taken for its."""
+
+    def __init__(self, started: StartedFromPlan) -> None:
+        self.pid = started.pid
+        self._pidfd = os.pidfd_open(started.pid)
+        self.stdout = None if started.stdout is None else trio.lowlevel.FdStream(started.stdout)
+        self.stderr = None if started.stderr is None else trio.lowlevel.FdStream(started.stderr)
+
+    async def wait(self) -> int:
+        try:
+            await trio.lowlevel.wait_readable(self._pidfd)
+            _pid, status = os.waitpid(self.pid, 0)
+            # As Popen.returncode: the exit code, or minus the signal.
+            return os.waitstatus_to_exitcode(status)
         finally:
             os.close(self._pidfd)
 

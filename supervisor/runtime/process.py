@@ -18,7 +18,6 @@ task's next step, always ends in STOPPED.
 from __future__ import annotations
 
 import logging
-import subprocess
 import time
 from typing import Protocol
 
@@ -29,6 +28,7 @@ from .._status import ExitStatus
 from .._units import format_duration
 from ..config import ProcessSpec
 from .backoff import RestartTracker
+from .child import AlreadyStarted
 from .gate import ReadyGate, probe_readiness
 from .restart import after_exit
 from .run import Run
@@ -60,7 +60,7 @@ class SupervisedProcess:
         events: ProcessEvents,
         *,
         inherited_fds: tuple[int, ...] = (),
-        already_started: subprocess.Popen[bytes] | None = None,
+        already_started: AlreadyStarted | None = None,
         stop_budget: float = 30.0,
     ) -> None:
         self.spec = spec

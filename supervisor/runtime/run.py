@@ -24,7 +24,7 @@ from .._status import ExitStatus
 from .._units import format_duration, signal_name
 from ..config import ProcessSpec
 from .capture import pump_through
-from .child import Child, open_child, spawn_failure
+from .child import AlreadyStarted, Child, open_child, spawn_failure
 from .output import notify_line, pump_lines, stderr_writer, stdout_writer
 
 __all__ = ["Run"]
@@ -61,9 +61,7 @@ class Run:
     def pid(self) -> int | None:
         return self.child.pid if self.alive and self.child is not None else None
 
-    async def spawn(
-        self, inherited_fds: tuple[int, ...] = (), already_started: subprocess.Popen[bytes] | None = None
-    ) -> bool:
+    async def spawn(self, inherited_fds: tuple[int, ...] = (), already_started: AlreadyStarted | None = None) -> bool:
         """Start the process; False (with ``status`` set, the reason logged)
         if it could not be started."""
         try:

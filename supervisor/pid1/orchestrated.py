@@ -189,7 +189,9 @@ def _orchestrator_child(options: RunOptions, status_fd: int, inherited_fds: tupl
 
     # PID 1's objects, inherited, go to the collector's permanent generation:
     # its passes then never write to (and so copy) the pages shared with
-    # PID 1.  About 0.35 MiB of the two processes' PSS.
+    # PID 1.  About 0.35 MiB of the two processes' PSS.  Cyclic garbage PID 1
+    # had not collected yet is frozen with them (a few dozen objects of its
+    # command-line parse): a collection here would write to every page.
     gc.freeze()
     try:
         from .early import EarlySignals

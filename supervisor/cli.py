@@ -38,15 +38,16 @@ __all__ = ["RunOptions", "UsageError", "main", "print_info", "run_main"]
 USAGE_ERROR = 2
 
 
-def build_config(options: RunOptions, environ: Mapping[str, str] | None = None) -> Config:
+def build_config(options: RunOptions, environ: Mapping[str, str] | None = None, *, apart: bool = False) -> Config:
     """The configuration file (if any) with the command line applied on top;
-    its ``${VAR}`` references read ``environ`` (default: ours).
+    its ``${VAR}`` references read ``environ`` (default: ours); ``apart``:
+    parsed by a short-lived child (``load_config``).
 
     Raises ConfigError or UsageError.
     """
     from .config import Config, ProcessSpec, load_config
 
-    config = load_config(options.config_path, environ) if options.config_path else Config()
+    config = load_config(options.config_path, environ, apart=apart) if options.config_path else Config()
     if options.grace_period is not None:
         config = replace(config, grace_period=options.grace_period)
     if options.log_format is not None:
@@ -128,7 +129,9 @@ def run_main(
 
     status = StatusPipe(status_fd)
     try:
-        config = build_config(options)
+        # PyYAML stays out of the orchestrator's memory (a re-plan, rare,
+        # parses in place: by then threads run, which a fork would not copy).
+        config = build_config(options, apart=True)
         # PID 1 enforces the wall with this grace period, and starts it on
         # these signals, from now on.
         status.send(Grace(config.grace_period))

@@ -83,12 +83,13 @@ The built-in health checks report to the same board, so ``status``,
 
 from __future__ import annotations
 
-import argparse
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
+    import argparse  # the command line's, not the orchestrator's: annotations only
+
     from ._context import Context, ProcessInfo
     from ._deadline import Deadline
     from ._status import ExitStatus

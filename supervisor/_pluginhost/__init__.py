@@ -11,8 +11,7 @@ them together and is the ``HookRunner`` the orchestrator and the plan call.
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 import trio
@@ -24,6 +23,9 @@ from ._dispatch import Dispatcher
 from ._enable import EnabledPlugin, enable
 from ._introspect import describe, hooks_by_phase
 from ._registry import ENTRY_POINT_GROUP, InstalledPlugin, Registry
+
+if TYPE_CHECKING:
+    import argparse  # the command line's, not the orchestrator's: annotations only
 
 __all__ = ["ENTRY_POINT_GROUP", "EnabledPlugin", "InstalledPlugin", "PluginHost", "Registry"]
 

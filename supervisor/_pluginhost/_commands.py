@@ -7,11 +7,13 @@ enable the plugin, and the command line is built before any YAML is read.
 
 from __future__ import annotations
 
-import argparse
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._registry import Registry
+
+if TYPE_CHECKING:
+    import argparse  # the command line's, not the orchestrator's: annotations only
 
 __all__ = ["add_commands"]
 

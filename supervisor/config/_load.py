@@ -24,17 +24,22 @@ LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-def load_config(path: str, environ: Mapping[str, str] | None = None) -> Config:
+def load_config(path: str, environ: Mapping[str, str] | None = None, *, apart: bool = False) -> Config:
     """Read and validate the configuration at ``path``.
 
     ``${VAR}`` references are expanded from ``environ`` (default: this
     process's environment).  Raises ConfigError listing every problem, each as
     ``FILE:LINE:COLUMN: message``; no other exception escapes, whatever the
-    file holds.
+    file holds.  ``apart``: the YAML is parsed by a short-lived child process,
+    so that PyYAML never loads into this one (the orchestrator's, which
+    keeps running); the result is the same.
     """
     # PyYAML only when there is a file to read: `supervisor -- COMMAND`
     # starts its main process sooner without it.
-    from ._source import parse_file
+    if apart:
+        from ._apart import parse_file_apart as parse_file
+    else:
+        from ._source import parse_file
 
     env = os.environ if environ is None else environ
     try:

@@ -70,7 +70,10 @@ class Operations:
         self._timeline = timeline
         self.nursery: trio.Nursery | None = None  # the orchestrator's supervised nursery
         self.locks = {name: trio.Lock() for name in processes}
-        self.replanner: Replanner | None = None  # when there is a file to read again
+        # When there is a file to read again: makes the Replanner, at the
+        # first replan (its code stays out of an idle orchestrator's memory).
+        self.make_replanner: Callable[[], Replanner] | None = None
+        self._replanner: Replanner | None = None
         self.started = time.monotonic()
 
     # -- looking ----------------------------------------------------------------
@@ -225,7 +228,7 @@ class Operations:
 
     async def replan(self, *, dry_run: bool) -> dict[str, object]:
         """``supervisor replan`` (see ``supervisor.control.replan``)."""
-        if self.replanner is None:
+        if self.make_replanner is None:
             raise ControlError("nothing to replan: the supervisor was started without a configuration file (-c)")
         self._refuse_during_shutdown("replan")
         waiting = [p.name for p in self.processes.values() if p.state is ProcessState.PENDING]
@@ -233,8 +236,10 @@ class Operations:
             # Start-up walks the start levels it began with: a replan now
             # would race it.
             raise ControlError(f"cannot replan yet: start-up is not over ({', '.join(waiting)} not started)")
-        answer = await self.replanner.replan(dry_run=dry_run)
-        self.config = self.replanner.pod.config
+        if self._replanner is None:
+            self._replanner = self.make_replanner()
+        answer = await self._replanner.replan(dry_run=dry_run)
+        self.config = self._replanner.pod.config
         return answer
 
     def _refuse_pending(self, processes: Sequence[SupervisedProcess]) -> None:

@@ -16,7 +16,6 @@ all, is no error.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import socket
@@ -298,6 +297,8 @@ class _LogsRequest:
 
 def _sender(stream: trio.SocketStream) -> Callable[[object], Awaitable[None]]:
     async def send(message: object) -> None:
+        import json  # see _read_request
+
         data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
         with trio.fail_after(_WRITE_TIMEOUT):
             await stream.send_all(data)
@@ -325,6 +326,10 @@ async def _read_request(stream: trio.SocketStream) -> dict[str, Any] | str:
     line = data.split(b"\n", 1)[0].strip()
     if not line:
         return "empty request: send one JSON object on one line"
+    # On the first request: an idle orchestrator does not carry the json
+    # package (about 0.2 MiB with its C parser) for a socket rarely used.
+    import json
+
     try:
         request = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -340,6 +345,8 @@ async def _refuse(stream: trio.SocketStream, message: str) -> None:
     """Tell a client over a limit why, and close.  Its request is not read:
     waiting for it would let idle connections slow the accepting down (the
     answer is queued before the close, where the client reads it)."""
+    import json  # see _read_request
+
     with trio.move_on_after(_REFUSE_TIMEOUT), contextlib.suppress(*_GONE):
         await stream.send_all((json.dumps(_error(message)) + "\n").encode())
     await stream.aclose()

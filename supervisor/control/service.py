@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..pid1.state import ShutdownState
     from ..runtime import SupervisedProcess
-    from .replan import Replannable
+    from .replan import Replannable, Replanner
 
 __all__ = ["Pod", "Services"]
 
@@ -74,15 +74,20 @@ class Services:
             self.monitor = HealthMonitor(pod.config, pod.processes, self.board, fail=fail)
 
     def allow_replan(self, pod: Replannable) -> None:
-        """Serve ``replan`` requests (see ``supervisor.control.replan``)."""
-        from .replan import Replanner
+        """Serve ``replan`` requests (see ``supervisor.control.replan``,
+        imported with the first)."""
 
-        self.operations.replanner = Replanner(
-            pod,
-            nursery=lambda: self.operations.nursery,
-            locks=self.operations.locks,
-            shutting_down=lambda: self.pod.shutdown_state.shutting_down,
-        )
+        def make_replanner() -> Replanner:
+            from .replan import Replanner
+
+            return Replanner(
+                pod,
+                nursery=lambda: self.operations.nursery,
+                locks=self.operations.locks,
+                shutting_down=lambda: self.pod.shutdown_state.shutting_down,
+            )
+
+        self.operations.make_replanner = make_replanner
 
     def _shutdown_view(self) -> ShutdownView | None:
         shutdown = self.pod.shutdown

@@ -6,7 +6,7 @@ in ``marshal`` form, as Python keeps ``.pyc`` files): the exact bytes of
 FILE, the environment variables its ``${VAR}`` references read and their
 values, and the main process's command, ``env``, ``cwd`` and process group.
 It is written only for a main process that nothing has to happen before
-(the conditions of ``supervisor.cli.prespawn_main``: no ``depends_on``, no
+(the conditions of ``supervisor._run.prespawn_main``: no ``depends_on``, no
 plugins, no ``log_prefix``) and that keeps the supervisor's user, group and
 capabilities.
 

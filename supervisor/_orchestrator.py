@@ -165,7 +165,7 @@ class Orchestrator:
                     # Up before any process starts, so that `supervisor
                     # status` works during start-up; ends with the root.
                     await root.start(self.services.run, supervised)
-                    # A main process started before trio (cli.prespawn_main)
+                    # A main process started before trio (_run.prespawn_main)
                     # is taken under supervision before any signal is
                     # handled, so that signals reach it and a stop finds it.
                     for process in self.processes.values():

@@ -1,9 +1,10 @@
 """The command line: pick a subcommand, turn user mistakes into one line.
 
 ``supervisor [run] [OPTIONS] [-- COMMAND [ARG...]]`` runs in the orchestrator
-process, forked by PID 1, which parsed the options (supervisor/pid1/options.py)
-and hands them over as they are; ``check``, ``plugins``, ``--version``,
-``--help`` and plugin-provided subcommands run in-process.  Every usage or
+process (supervisor/_run.py), forked by PID 1, which parsed the options
+(supervisor/pid1/options.py) and hands them over as they are; ``check``,
+``plugins``, ``--version``, ``--help`` and plugin-provided subcommands run
+here, in-process.  Every usage or
 configuration error is one line on stderr and exit status 2, before anything
 is started.
 """
@@ -12,222 +13,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
-from types import MappingProxyType
 from typing import TYPE_CHECKING, cast
 
 from . import __version__
 from ._cliparse import Parser as _Parser
 from ._cliparse import UsageError, describe_commands, did_you_mean, join_option_values, subcommands
+from ._run import build_config, config_error, usage_error
 from .pid1.options import DESCRIPTION, PROG, RunOptions, grace_period_argument, run_parser
 
 if TYPE_CHECKING:
-    from ._compiled import StartedFromPlan
-    from ._hooks import HookRunner
     from ._pluginhost import PluginHost
     from .config import Config
-    from .pid1.early import EarlySignals
 
-__all__ = ["RunOptions", "UsageError", "main", "print_info", "run_main"]
-
-USAGE_ERROR = 2
-
-
-def build_config(options: RunOptions, environ: Mapping[str, str] | None = None, *, apart: bool = False) -> Config:
-    """The configuration file (if any) with the command line applied on top;
-    its ``${VAR}`` references read ``environ`` (default: ours); ``apart``:
-    parsed by a short-lived child (``load_config``).
-
-    Raises ConfigError or UsageError.
-    """
-    from .config import Config, ProcessSpec, load_config
-
-    config = load_config(options.config_path, environ, apart=apart) if options.config_path else Config()
-    if options.grace_period is not None:
-        config = replace(config, grace_period=options.grace_period)
-    if options.log_format is not None:
-        config = replace(config, log_format=options.log_format)  # type: ignore[arg-type]
-    if options.log_level is not None:
-        config = replace(config, log_level=options.log_level)  # type: ignore[arg-type]
-    if options.verbose:
-        config = replace(config, log_level="debug")
-    if options.shutdown_signals is not None:
-        config = replace(config, shutdown_signals=options.shutdown_signals)
-    config = replace(
-        config,
-        rewrite=MappingProxyType(dict(options.rewrite)),
-        forward_to_group=options.process_group,
-        zero_exit_codes=options.zero_exit_codes,
-    )
-    if options.command:
-        if config.main is not None:
-            raise UsageError(
-                f"both a command after -- and a main process ({config.main.name!r} in {options.config_path}); "
-                "drop one of them"
-            )
-        main = ProcessSpec(
-            name=_unique_name(options.command[0], {p.name for p in config.processes}),
-            command=options.command,
-            # The file's processes are the command's helpers: up and ready
-            # before it starts, stopped after it.
-            depends_on=tuple(p.name for p in config.processes),
-            main=True,
-            stop_signal=options.rewrite.get(signal.SIGTERM, signal.SIGTERM) or signal.SIGTERM,
-            # The command keeps the container's stdout and stderr, as under
-            # tini (supervisor/runtime/capture.py says why).
-            inherit_output=True,
-        )
-        config = replace(config, processes=(*config.processes, main))
-    _check_privileges(config)
-    return config
-
-
-def _check_privileges(config: Config) -> None:
-    """Users, groups and capabilities that cannot work here fail now, with
-    their position, rather than as a 126 once other processes are running."""
-    from .config import ConfigError, Problem
-    from .runtime.privileges import check_privileges
-
-    problems = []
-    for spec in config.processes:
-        reason = check_privileges(spec)
-        if reason:
-            problems.append(Problem(spec.position, f"processes.{spec.name}: {reason}"))
-    if problems:
-        raise ConfigError(problems)
-
-
-def _unique_name(program: str, taken: set[str]) -> str:
-    base = re.sub(r"[^a-z0-9-]+", "-", os.path.basename(program).lower()).strip("-") or "main"
-    name = base
-    while name in taken:
-        name = f"{name}-main"
-    return name
-
-
-def run_main(
-    options: RunOptions,
-    *,
-    early: EarlySignals,
-    status_fd: int | None = None,
-    inherited_fds: tuple[int, ...] = (),
-    from_plan: StartedFromPlan | None = None,
-) -> int:
-    """The orchestrator process's main: load, supervise; returns the exit code.
-
-    ``from_plan`` is the main process already started from the compiled
-    plan (supervisor/_compiled.py): adopted once the file has been validated
-    as always.
-    """
-    from .config import ConfigError
-    from .pid1.protocol import Grace, ShutdownSignals, StatusPipe
-
-    status = StatusPipe(status_fd)
-    try:
-        # PyYAML stays out of the orchestrator's memory (a re-plan, rare,
-        # parses in place: by then threads run, which a fork would not copy).
-        config = build_config(options, apart=True)
-        # PID 1 enforces the wall with this grace period, and starts it on
-        # these signals, from now on.
-        status.send(Grace(config.grace_period))
-        status.send(ShutdownSignals(config.shutdown_signals))
-        hooks = _load_plugins(config)
-    except (UsageError, ConfigError) as exc:
-        if from_plan is not None:
-            # Not with this configuration: nothing runs unsupervised.
-            from_plan.discard()
-        return _usage_error(str(exc)) if isinstance(exc, UsageError) else _config_error(exc)
-    started = adopt_from_plan(config, from_plan) or prespawn_main(config, hooks, early, inherited_fds)
-    from ._orchestrator import run_orchestrator  # trio: ~70 ms, after the spawn
-
-    return run_orchestrator(
-        config,
-        hooks,
-        early=early,
-        status=status,
-        inherited_fds=inherited_fds,
-        main_started=started,
-        reload=(lambda: reload_config(options)) if options.config_path else None,
-    )
-
-
-def reload_config(options: RunOptions) -> Config:
-    """The file read again for ``supervisor replan``, the command line
-    applied, checked as completely as at start (budget, plugins' sections);
-    raises ConfigError with every problem."""
-    from ._pluginhost import PluginHost
-    from .config import ConfigError, Position, budget_problems
-
-    try:
-        config = build_config(options)
-    except UsageError as exc:
-        raise ConfigError.at(Position(options.config_path or "-", 1, 1), str(exc)) from None
-    problems = budget_problems(config)
-    if problems:
-        raise ConfigError(problems)
-    if config.plugins:
-        # A host of its own: the running plugins keep their settings.
-        PluginHost.discover().enable(config)
-    return config
-
-
-def adopt_from_plan(config: Config, from_plan: StartedFromPlan | None) -> StartedFromPlan | None:
-    """``from_plan`` if it is the validated configuration's main process.
-    Identical bytes and variables give the same main process; should it
-    differ all the same, it is stopped (it was never told to do anything
-    but start) and the usual path starts the right one."""
-    if from_plan is None:
-        return None
-    from ._compiled import recipe_of
-
-    if recipe_of(config) == from_plan.recipe:
-        return from_plan
-    from_plan.discard()
-    print(
-        f"{PROG}: the main process started from the compiled plan is not the configuration's: "
-        "killed it and starting it again (run `supervisor check` to compile the file anew)",
-        file=sys.stderr,
-    )
-    return None
-
-
-def prespawn_main(
-    config: Config, hooks: HookRunner, early: EarlySignals, inherited_fds: tuple[int, ...]
-) -> subprocess.Popen[bytes] | None:
-    """Start the main process before trio is imported, when nothing has to
-    happen first: no dependencies, no plugins (no start-up hooks), no output
-    to prefix, no signal waiting.  That is the plain ``supervisor -- COMMAND``
-    and it saves the main process the orchestrator's imports (~100 ms).
-    Anything unusual (a spawn error, say) is left to the orchestrator, which
-    reports it properly."""
-    from ._hooks import NoPlugins
-
-    main = config.main
-    if main is None or main.depends_on or main.log_prefix or early.pending or not isinstance(hooks, NoPlugins):
-        return None
-    from .runtime.spawn import start_now
-
-    try:
-        return start_now(main, inherited_fds)
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _load_plugins(config: Config) -> HookRunner:
-    if not config.plugins:
-        from ._hooks import NoPlugins
-
-        return NoPlugins()
-    from ._pluginhost import PluginHost
-
-    host = PluginHost.discover()
-    host.enable(config)  # raises ConfigError listing every plugin's problems
-    return host
+__all__ = ["RunOptions", "UsageError", "main", "print_info"]
 
 
 def print_info(what: str) -> int:
@@ -237,16 +37,6 @@ def print_info(what: str) -> int:
     else:
         print(overview(), end="")
     return 0
-
-
-def _usage_error(message: str) -> int:
-    print(f"{PROG}: {message} (see {PROG} --help)", file=sys.stderr)
-    return USAGE_ERROR
-
-
-def _config_error(exc: Exception) -> int:
-    print(str(exc), file=sys.stderr)
-    return USAGE_ERROR
 
 
 # --------------------------------------------------------------------------
@@ -266,9 +56,9 @@ def main(args: Sequence[str]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except UsageError as exc:
-        return _usage_error(str(exc))
+        return usage_error(str(exc))
     except ConfigError as exc:
-        return _config_error(exc)
+        return config_error(exc)
 
 
 def _dispatch(args: Sequence[str]) -> int:

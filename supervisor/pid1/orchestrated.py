@@ -207,7 +207,7 @@ def _orchestrator_child(options: RunOptions, status_fd: int, inherited_fds: tupl
         from .early import EarlySignals
 
         early = EarlySignals.install(os.getppid())
-        from ..cli import run_main  # the heavy imports: trio, pluggy, yaml
+        from .._run import run_main  # the heavy imports: trio, the configuration
 
         return run_main(options, early=early, status_fd=status_fd, inherited_fds=inherited_fds, from_plan=from_plan)
     except SystemExit as exc:

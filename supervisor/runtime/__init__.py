@@ -1,12 +1,14 @@
 """The process runtime: one supervised process and the pieces it is made of.
 
 ``SupervisedProcess`` needs trio; ``privileges`` and ``spawn`` do not, and the
-command line uses them before trio is imported (see ``supervisor.cli``), so
+command line uses them before trio is imported (see ``supervisor._run``), so
 the package exports lazily.
 
 Importing the package means trio is coming (the orchestrator imports it
 before trio): it first defers the modules trio imports for TLS, DTLS and
-international host names, which a supervisor without HTTPS never uses
+international host names, which a supervisor without HTTPS never uses, and
+the compression modules ``shutil`` imports (trio imports ``ctypes.util``,
+which imports ``shutil``) for archives nobody here makes
 (``supervisor._deferred``).
 """
 
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._deferred import defer
 
-defer("ssl", "hmac", "idna")
+defer("ssl", "hmac", "idna", "bz2", "lzma")
 
 if TYPE_CHECKING:
     from .process import ProcessEvents as ProcessEvents

@@ -4,7 +4,7 @@ The process is spawned by trio (``trio.lowlevel.open_process``) and waited
 for by PID through trio's pidfd machinery; nothing here reaps any other
 child, so the exit status is always the process's own (reaping orphans is
 the init layer's job, in another process).  A main process started before
-trio existed (``supervisor.cli.prespawn_main``) is adopted and waited for the
+trio existed (``supervisor._run.prespawn_main``) is adopted and waited for the
 same way.
 """
 

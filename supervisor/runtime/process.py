@@ -70,7 +70,7 @@ class SupervisedProcess:
         self._events = events
         self._inherited_fds = inherited_fds
         # The main process may have been started before trio was imported
-        # (supervisor.cli.prespawn_main); its first run adopts it.
+        # (supervisor._run.prespawn_main); its first run adopts it.
         self._already_started = already_started
         self.started_early = already_started is not None
         self.supervised = False

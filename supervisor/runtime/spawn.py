@@ -1,7 +1,7 @@
 """How a process is started: the options both spawn paths share.
 
 Trio-free on purpose: the command line may start the main process before
-trio is imported (``supervisor.cli.prespawn_main``), and the orchestrator
+trio is imported (``supervisor._run.prespawn_main``), and the orchestrator
 starts every other one through ``trio.lowlevel.open_process``; both must give
 the child the same environment, descriptors, process group and privileges.
 """

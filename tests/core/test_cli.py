@@ -109,7 +109,7 @@ def test_the_main_process_can_start_before_trio_is_imported() -> None:
     # `supervisor -- COMMAND` spawns COMMAND before importing trio (~70 ms);
     # everything on that path must stay free of it.
     code = (
-        "import sys, supervisor.cli as c\n"
+        "import sys, supervisor._run as c\n"
         "from supervisor.pid1.options import parse_run_args\n"
         "config = c.build_config(parse_run_args(['--', 'true']))\n"
         "hooks = c._load_plugins(config)\n"

@@ -9,6 +9,7 @@ import contextlib
 import gc
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -25,8 +26,9 @@ processes:
 
 # C extensions (so files in maps) that only some work needs: PyYAML and what
 # its constructor imports (the file is parsed by a short-lived child), the
-# control socket's json (its first request), TLS and hashing (trio's, deferred).
-NOT_LOADED = ("_yaml", "_datetime", "_json", "_ssl", "_hashlib")
+# control socket's json (its first request), TLS and hashing (trio's, deferred),
+# and compression (shutil's, deferred).
+NOT_LOADED = ("_yaml", "_datetime", "_json", "_ssl", "_hashlib", "_bz2", "_lzma")
 
 
 def _children(pid: int) -> list[int]:
@@ -78,7 +80,7 @@ def test_the_orchestrator_freezes_the_objects_it_inherits() -> None:
     """Its first act in the forked child: what it inherited from PID 1 goes
     to the collector's permanent generation (so no collection copies the
     pages it shares with PID 1)."""
-    from supervisor import cli
+    from supervisor import _run
     from supervisor.pid1 import orchestrated
 
     read_end, write_end = os.pipe()
@@ -96,7 +98,7 @@ def test_the_orchestrator_freezes_the_objects_it_inherits() -> None:
                 os.write(write_end, f"{frozen_before} {gc.get_freeze_count()}".encode())
                 return 0
 
-            cli.run_main = run_main  # type: ignore[assignment]
+            _run.run_main = run_main  # type: ignore[assignment]
             code = orchestrated._orchestrator_child(RunOptions(), -1, ())
         finally:
             os._exit(code)
@@ -107,3 +109,16 @@ def test_the_orchestrator_freezes_the_objects_it_inherits() -> None:
     assert os.waitstatus_to_exitcode(wait_status) == 0
     before, after = map(int, report.split())
     assert before == 0 and after > 1000
+
+
+def test_the_orchestrator_does_not_import_argparse() -> None:
+    """The orchestrator keeps what it imports for the pod's life; its command
+    line arrived parsed, so argparse (with gettext) would be dead weight."""
+    code = (
+        "import sys\n"
+        "import supervisor._run, supervisor._orchestrator, supervisor.config\n"
+        "import supervisor.control.server, supervisor.health\n"
+        "print(sorted(m for m in ('argparse', 'gettext', 'supervisor.cli') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]"

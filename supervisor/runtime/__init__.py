@@ -6,9 +6,10 @@ the package exports lazily.
 
 Importing the package means trio is coming (the orchestrator imports it
 before trio): it first defers the modules trio imports for TLS, DTLS and
-international host names, which a supervisor without HTTPS never uses, and
-the compression modules ``shutil`` imports (trio imports ``ctypes.util``,
-which imports ``shutil``) for archives nobody here makes
+international host names, which a supervisor without HTTPS never uses; the
+compression modules ``shutil`` imports (trio imports ``ctypes.util``, which
+imports ``shutil``) for archives nobody here makes; and ``unicodedata``,
+which attrs reads only for a class attribute with a non-ASCII name
 (``supervisor._deferred``).
 """
 
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._deferred import defer
 
-defer("ssl", "hmac", "idna", "bz2", "lzma")
+defer("ssl", "hmac", "idna", "bz2", "lzma", "zlib", "unicodedata")
 
 if TYPE_CHECKING:
     from .process import ProcessEvents as ProcessEvents

@@ -27,8 +27,8 @@ processes:
 # C extensions (so files in maps) that only some work needs: PyYAML and what
 # its constructor imports (the file is parsed by a short-lived child), the
 # control socket's json (its first request), TLS and hashing (trio's, deferred),
-# and compression (shutil's, deferred).
-NOT_LOADED = ("_yaml", "_datetime", "_json", "_ssl", "_hashlib", "_bz2", "_lzma")
+# compression (shutil's, deferred) and attrs' unicodedata (deferred).
+NOT_LOADED = ("_yaml", "_datetime", "_json", "_ssl", "_hashlib", "_bz2", "_lzma", "zlib", "unicodedata")
 
 
 def _children(pid: int) -> list[int]:

@@ -72,6 +72,12 @@ def in_child_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         return _REAL_PARSE(path, environ)
 
     monkeypatch.setattr(_source, "parse_file", parse_file)
+    # A test process is not an orchestrator: earlier tests in this worker
+    # may have left threads (output readers, xdist's own), and with other
+    # threads running the file is rightly parsed in place
+    # (test_other_threads_running_mean_a_parse_in_place).  The child here
+    # takes no lock such a thread could hold: PyYAML is already imported.
+    monkeypatch.setattr(_apart, "_other_threads", lambda: False)
     yield
 
 

@@ -453,13 +453,11 @@ def test_signals_reach_a_main_process_started_before_the_orchestrator_was_ready(
     # in that window is held and delivered once the process is supervised.
     # --control: the orchestrator's path (without it PID 1 runs the command).
     with Supervisor(["--control", "--", PY, "-c", SIGNAL_REPORTER]) as sup:
-        pid = sup.pid
-        wait_until(lambda: Path(f"/proc/{pid}/task/{pid}/children").read_text().strip(), interval=0.0002)
-        orchestrator = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
-        wait_until(
-            lambda: Path(f"/proc/{orchestrator}/task/{orchestrator}/children").read_text().strip(), interval=0.0002
-        )
-        sup.signal(signal.SIGUSR2)  # the main process exists; the orchestrator may still be importing
+        # Its handler in place (a signal before that would kill it, under any
+        # init), the main process is usually still ahead of the orchestrator's
+        # imports: the signal is then held until the orchestrator supervises it.
+        sup.wait_for("^ready$", stream="stdout")
+        sup.signal(signal.SIGUSR2)
         sup.wait_for(f"^got {int(signal.SIGUSR2)}$", stream="stdout")
         sup.signal(signal.SIGTERM)
         assert sup.wait() == 0

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -174,6 +175,16 @@ def run(args: Sequence[str], *, timeout: float = 30, **launch: Unpack[Launch]) -
     """Run to completion; returns the exit status and the finished Supervisor."""
     sup = Supervisor(args, **launch)
     return sup.wait(timeout), sup
+
+
+def sigterm_at_start(args: Sequence[str]) -> tuple[int, Supervisor]:
+    """SIGTERM to PID 1 as soon as it has a child (the orchestrator, whose
+    imports are still to come); its exit status and the run."""
+    with Supervisor(args) as sup:
+        pid = sup.pid
+        wait_until(lambda: Path(f"/proc/{pid}/task/{pid}/children").read_text().strip(), interval=0.0002)
+        sup.signal(signal.SIGTERM)
+        return sup.wait(timeout=20), sup
 
 
 def wait_until(predicate: object, timeout: float = 10, interval: float = 0.01) -> None:

@@ -23,8 +23,8 @@ import pytest
 import supervisor
 from tests.control._ctl import row, wait_status
 from tests.core.test_pid1 import GLIBC_RESERVED
-from tests.core.test_terminal import _make_controlling_terminal, _read_until
-from tests.pid1 import SUPERVISOR, UNSHARE, Supervisor, run, wait_until
+from tests.core.test_terminal import _read_until, in_a_terminal
+from tests.pid1 import SUPERVISOR, Supervisor, run, sigterm_at_start
 
 PY = sys.executable
 # The main process of most tests: says it is up, then waits on its own
@@ -429,26 +429,11 @@ def test_an_interactive_main_process_still_owns_the_terminal_from_its_first_read
     # reads at once without being stopped by SIGTTIN.
     config = _config(tmp_path, "read line; echo got:$line; exit 4")
     compile_plan(config)
-    controller, terminal = os.openpty()
-    proc = subprocess.Popen(
-        [*UNSHARE, SUPERVISOR, "-c", str(config)],
-        stdin=terminal,
-        stdout=terminal,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        preexec_fn=_make_controlling_terminal,  # noqa: PLW1509 - the test process has no threads of its own
-    )
-    os.close(terminal)
-    try:
+    with in_a_terminal(["-c", str(config)]) as (controller, proc):
         os.write(controller, b"hello\n")
         output = _read_until(controller, b"got:hello", 15)
         assert b"got:hello" in output, output
         assert proc.wait(15) == 4
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(controller)
 
 
 def test_sigterm_during_start_up_is_not_lost(tmp_path: Path, compiled: bool) -> None:
@@ -458,10 +443,6 @@ def test_sigterm_during_start_up_is_not_lost(tmp_path: Path, compiled: bool) -> 
     config = tmp_path / "plan.yaml"
     config.write_text('processes:\n  - name: main\n    main: true\n    command: ["sleep", "30"]\n')
     _prepare(config, compiled)
-    with Supervisor(["-c", str(config)]) as sup:
-        pid = sup.pid
-        wait_until(lambda: Path(f"/proc/{pid}/task/{pid}/children").read_text().strip(), interval=0.0002)
-        sup.signal(signal.SIGTERM)
-        status = sup.wait(timeout=20)
+    status, sup = sigterm_at_start(["-c", str(config)])
     assert status == 128 + signal.SIGTERM, sup.output
     assert "shutting down: received SIGTERM" in sup.output

@@ -22,6 +22,7 @@ from tests.pid1 import (
     pid_alive,
     run,
     shell_wait,
+    sigterm_at_start,
     wait_until,
 )
 
@@ -246,11 +247,7 @@ def test_sigterm_during_start_up_is_not_lost() -> None:
     # in that window must still give a graceful shutdown rather than vanish
     # (PID 1 of a namespace ignores signals it has no handler for).
     # --control: the orchestrator's path (without it PID 1 runs the command).
-    with Supervisor(["--control", "--", "sleep", "30"]) as sup:
-        pid = sup.pid
-        wait_until(lambda: Path(f"/proc/{pid}/task/{pid}/children").read_text().strip(), interval=0.0002)
-        sup.signal(signal.SIGTERM)
-        status = sup.wait(timeout=20)
+    status, sup = sigterm_at_start(["--control", "--", "sleep", "30"])
     # Lost, it would leave `sleep 30` running and this wait would time out.
     assert status == 128 + signal.SIGTERM, sup.output
     assert "shutting down: received SIGTERM" in sup.output

@@ -32,12 +32,12 @@ def _make_controlling_terminal() -> None:
 
 
 @contextmanager
-def _in_a_terminal(command: list[str]) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+def in_a_terminal(args: list[str]) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """The supervisor in a session of its own whose controlling terminal is a
     fresh pty; yields the pty's controller side and the process."""
     controller, terminal = os.openpty()
     proc = subprocess.Popen(
-        [*UNSHARE, SUPERVISOR, "--", *command],
+        [*UNSHARE, SUPERVISOR, *args],
         stdin=terminal,
         stdout=terminal,
         stderr=subprocess.DEVNULL,
@@ -57,7 +57,7 @@ def _in_a_terminal(command: list[str]) -> Iterator[tuple[int, subprocess.Popen[b
 def test_the_main_process_owns_the_terminal_from_its_first_read() -> None:
     # The main process reads the terminal at once: it must already be the
     # terminal's foreground process group, or SIGTTIN would stop it.
-    with _in_a_terminal(["sh", "-c", "read line; echo got:$line; exit 4"]) as (controller, proc):
+    with in_a_terminal(["--", "sh", "-c", "read line; echo got:$line; exit 4"]) as (controller, proc):
         os.write(controller, b"hello\n")
         output = _read_until(controller, b"got:hello", 15)
         assert b"got:hello" in output, output
@@ -65,7 +65,7 @@ def test_the_main_process_owns_the_terminal_from_its_first_read() -> None:
 
 
 def test_ctrl_c_reaches_the_main_process_and_gives_130() -> None:
-    with _in_a_terminal(["sh", "-c", "echo ready; exec sleep 30"]) as (controller, proc):
+    with in_a_terminal(["--", "sh", "-c", "echo ready; exec sleep 30"]) as (controller, proc):
         assert b"ready" in _read_until(controller, b"ready", 15)
         os.write(controller, b"\x03")  # the terminal's INTR character
         assert proc.wait(15) == 130

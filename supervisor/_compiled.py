@@ -111,7 +111,7 @@ def recipe_of(config: Config) -> Recipe | str:
         return "plugins are configured: their start-up hooks run first"
     if main.log_prefix:
         return "the main process's output is prefixed by the orchestrator (log_prefix)"
-    if main.user is not None or main.group is not None or main.capabilities is not None or main.no_new_privs:
+    if main.changes_privileges:
         return "the main process changes its user, group, capabilities or no_new_privs"
     return Recipe(main.name, list(main.command), dict(main.env), main.cwd, main.process_group)
 

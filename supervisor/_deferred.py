@@ -23,7 +23,7 @@ import threading
 import types
 from typing import Any
 
-__all__ = ["DeferredModule", "defer"]
+__all__ = ["DeferredModule", "defer", "defer_trio_extras"]
 
 _loading = threading.Lock()
 
@@ -62,3 +62,16 @@ def defer(*names: str) -> None:
     for name in names:
         if name not in sys.modules:
             sys.modules[name] = DeferredModule(name)
+
+
+def defer_trio_extras() -> None:
+    """Defer what trio imports but a supervisor without HTTPS never uses.
+
+    TLS, DTLS cookies and international host names (``ssl``, ``hmac``,
+    ``idna``); the compression modules and ``tempfile`` that ``shutil`` and
+    ``ctypes.util`` bring (trio imports ``ctypes.util`` to name its threads,
+    and ``ldconfig`` answers it without them); and ``unicodedata``, which
+    attrs reads only for a class attribute with a non-ASCII name.  Called
+    before anything imports trio: a module trio has already bound is too late.
+    """
+    defer("ssl", "hmac", "idna", "bz2", "lzma", "zlib", "unicodedata", "shutil", "tempfile")

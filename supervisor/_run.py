@@ -94,11 +94,14 @@ def build_config(options: RunOptions, environ: Mapping[str, str] | None = None, 
 def _check_privileges(config: Config) -> None:
     """Users, groups and capabilities that cannot work here fail now, with
     their position, rather than as a 126 once other processes are running."""
+    changing = [spec for spec in config.processes if spec.changes_privileges]
+    if not changing:
+        return
     from .config import ConfigError, Problem
     from .runtime.privileges import check_privileges
 
     problems = []
-    for spec in config.processes:
+    for spec in changing:
         reason = check_privileges(spec)
         if reason:
             problems.append(Problem(spec.position, f"processes.{spec.name}: {reason}"))
@@ -128,8 +131,11 @@ def run_main(
     plan (supervisor/_compiled.py): adopted once the file has been validated
     as always.
     """
+    from ._deferred import defer_trio_extras
     from .config import ConfigError
     from .pid1.protocol import Grace, ShutdownSignals, StatusPipe
+
+    defer_trio_extras()  # first: plugins may import trio before we do
 
     status = StatusPipe(status_fd)
     try:

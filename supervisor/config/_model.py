@@ -104,6 +104,16 @@ class ProcessSpec:
     inherit_output: bool = False
     position: Position | None = None
 
+    @property
+    def changes_privileges(self) -> bool:
+        """Whether the process runs with other ids, capabilities or
+        no_new_privs than the supervisor's own.  When it does not, nothing
+        about privileges needs working out: neither the start nor the
+        supervisor's memory pays for ``supervisor.runtime.privileges``."""
+        return (
+            self.user is not None or self.group is not None or self.capabilities is not None or bool(self.no_new_privs)
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class HealthCheck:

@@ -4,22 +4,18 @@
 command line uses them before trio is imported (see ``supervisor._run``), so
 the package exports lazily.
 
-Importing the package means trio is coming (the orchestrator imports it
-before trio): it first defers the modules trio imports for TLS, DTLS and
-international host names, which a supervisor without HTTPS never uses; the
-compression modules ``shutil`` imports (trio imports ``ctypes.util``, which
-imports ``shutil``) for archives nobody here makes; and ``unicodedata``,
-which attrs reads only for a class attribute with a non-ASCII name
-(``supervisor._deferred``).
+Importing the package means trio is coming: it first defers the modules
+trio imports that a supervisor without HTTPS never uses
+(``supervisor._deferred.defer_trio_extras``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._deferred import defer
+from .._deferred import defer_trio_extras
 
-defer("ssl", "hmac", "idna", "bz2", "lzma", "zlib", "unicodedata")
+defer_trio_extras()
 
 if TYPE_CHECKING:
     from .process import ProcessEvents as ProcessEvents

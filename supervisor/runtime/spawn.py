@@ -18,7 +18,6 @@ from typing import Any
 
 from ..config import ProcessSpec
 from .capture import captured
-from .privileges import login_environment, preexec_for
 
 __all__ = ["SpawnOptions", "raise_open_files_limit", "spawn_options", "start_now"]
 
@@ -79,13 +78,22 @@ def spawn_options(spec: ProcessSpec, inherited_fds: tuple[int, ...] = ()) -> Spa
     # Read by the supervisor (supervisor/runtime/capture.py), but for an
     # interactive main process, which keeps the terminal.
     piped = subprocess.PIPE if captured(spec) else None
-    preexec = _with_children_limit(preexec_for(spec))
+    environ: Mapping[str, str] = os.environ
+    preexec = None
+    if spec.changes_privileges:
+        # Imported here: most processes keep the supervisor's privileges, and
+        # the module with its capability tables stays out of the memory of
+        # a supervisor that never needs it.
+        from .privileges import login_environment, preexec_for
+
+        preexec, environ = preexec_for(spec), login_environment(spec, os.environ)
+    preexec = _with_children_limit(preexec)
     if spec.main and spec.process_group and _stdin_is_a_terminal():
         preexec = _with_terminal(preexec)
     return SpawnOptions(
         argv=list(spec.command),
         # The configured env: wins over the user's login variables.
-        env={**login_environment(spec, os.environ), **spec.env},
+        env={**environ, **spec.env},
         cwd=spec.cwd,
         # Helpers get no stdin; the main process gets ours, like tini.
         stdin=None if spec.main else subprocess.DEVNULL,

@@ -122,3 +122,24 @@ def test_the_orchestrator_does_not_import_argparse() -> None:
     )
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+def test_privileges_are_worked_out_only_for_a_process_that_changes_them() -> None:
+    """The privileges module (python-prctl's capability tables with it) loads
+    when a process names a user, a group, capabilities or no_new_privs, and
+    not for the many that keep the supervisor's own."""
+    code = (
+        "import sys\n"
+        "from supervisor._run import _check_privileges\n"
+        "from supervisor.config import Config, ProcessSpec\n"
+        "from supervisor.runtime.spawn import spawn_options\n"
+        "plain = ProcessSpec(name='plain', command=('true',), main=True)\n"
+        "_check_privileges(Config(processes=(plain,)))\n"
+        "spawn_options(plain)\n"
+        "print('supervisor.runtime.privileges' in sys.modules)\n"
+        "locked = ProcessSpec(name='locked', command=('true',), no_new_privs=True)\n"
+        "_check_privileges(Config(processes=(plain, locked)))\n"
+        "print('supervisor.runtime.privileges' in sys.modules, spawn_options(locked).preexec_fn is not None)\n"
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["False", "True", "True"]

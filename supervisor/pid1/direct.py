@@ -27,7 +27,6 @@ import signal
 import time
 
 from .._log import DEBUG, ERROR, WARNING
-from .._procstat import read_stat
 from .._status import ExitStatus
 from .._units import format_duration, signal_name
 from .exits import ExitCode
@@ -103,11 +102,12 @@ class DirectInit(InitLayer):
             f"stopping {self.child_name} with {signal_name(target)}",
         )
         self._send(target, group=self.options.process_group)
-        stat = read_stat(self.child)
-        if stat is not None and stat.stopped:
-            # Stopped (SIGSTOP, a debugger), it would act on nothing but
-            # SIGKILL until the wall.
-            self._send(signal.SIGCONT, group=self.options.process_group)
+        # Stopped (SIGSTOP, a debugger), it would act on nothing but SIGKILL
+        # until the wall.  Sent whatever its state, as runit's `sv down` and
+        # s6's do: a SIGSTOP sent just before may not have taken effect yet
+        # (on a busy machine), so the process would look running here and
+        # stop right after.  To a running process SIGCONT does nothing.
+        self._send(signal.SIGCONT, group=self.options.process_group)
 
     def _on_second_stop(self, signo: int) -> None:
         self.hurry_wall = time.monotonic()

@@ -19,7 +19,6 @@ import subprocess
 import trio
 
 from .._deadline import Deadline
-from .._procstat import read_stat
 from .._status import ExitStatus
 from .._units import format_duration, signal_name
 from ..config import ProcessSpec
@@ -140,11 +139,11 @@ class Run:
                     format_duration(min(timeout, deadline.remaining())),
                 )
                 self.send_signal(signo)
-                if self._is_stopped():
-                    # A stopped process (SIGSTOP, a debugger) cannot act on
-                    # its stop signal until it is continued; runit and s6 do
-                    # the same.
-                    self.send_signal(signal.SIGCONT)
+                # A stopped process (SIGSTOP, a debugger) cannot act on its
+                # stop signal until it is continued.  Whatever its state, as
+                # runit's `sv down` and s6's do: a SIGSTOP sent just before
+                # may not have taken effect yet.
+                self.send_signal(signal.SIGCONT)
                 await self.ended.wait()
         if self.alive:
             why = "the shutdown deadline" if deadline.remaining() <= 0 else f"stop_timeout {format_duration(timeout)}"
@@ -153,8 +152,3 @@ class Run:
             with trio.CancelScope(shield=True), trio.move_on_after(_AFTER_KILL_SECONDS):
                 await self.ended.wait()
         return self.status
-
-    def _is_stopped(self) -> bool:
-        pid = self.pid
-        stat = read_stat(pid) if pid is not None else None
-        return stat is not None and stat.stopped

@@ -16,7 +16,7 @@ from pathlib import Path
 from ._sandbox import Channel, Sandbox
 from ._subjects import FLOOR, OURS, PLANS, RunSpec, Subject, plan_subject
 
-__all__ = ["Bench", "Run", "SetupError", "build_probe", "regular_install"]
+__all__ = ["PID1_FLAGS", "Bench", "Run", "SetupError", "as_the_image_runs_it", "build_probe", "regular_install"]
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -39,11 +39,17 @@ def build_probe(directory: Path) -> Path:
     return binary
 
 
+# The interpreter flags the image's script starts the supervisor with
+# (PID1_FLAGS in tools/image/stage.sh, which says why).
+PID1_FLAGS = "-IOO"
+
+
 def regular_install(cache: Path | None = None, *, verbose: bool = True) -> str:
     """The CLI of a venv installed from the wheels of the sources as they are,
-    as ``pip install`` leaves it for a user; tools/dist.py builds it once per
-    state of the sources and keeps it in ``cache`` (default: its own, outside
-    the clone, which `make dist` fills too).
+    as ``pip install`` leaves it for a user, started as the image starts it
+    (``as_the_image_runs_it``); tools/dist.py builds the venv once per state
+    of the sources and keeps it in ``cache`` (default: its own, outside the
+    clone, which `make dist` fills too).
 
     Not the development venv's: its editable installs put one import finder
     per package (six of them) on every interpreter's ``sys.meta_path`` from
@@ -57,7 +63,35 @@ def regular_install(cache: Path | None = None, *, verbose: bool = True) -> str:
     if result.returncode != 0:
         detail = "its error is above" if verbose else "\n".join(result.stderr.strip().splitlines()[-20:])
         raise SetupError(f"cannot build the regular install from the wheels (tools/dist.py venv): {detail}")
-    return str(Path(result.stdout.strip()) / "bin" / "supervisor")
+    return str(as_the_image_runs_it(Path(result.stdout.strip())))
+
+
+def as_the_image_runs_it(venv: Path) -> Path:
+    """A copy of ``venv``'s ``supervisor`` script whose first line starts the
+    venv's interpreter with the image's flags, and the ``-OO`` .pyc files
+    those read, compiled into the venv as the image's build compiles them.
+
+    The copy keeps the name ``supervisor`` (the kernel names the process
+    after the script), in a directory of its own next to ``bin``.
+    """
+    python = venv / "bin" / "python"
+    compiled = subprocess.run(
+        [str(python), "-m", "compileall", "-q", "-j", "0", "-o", "2", str(venv / "lib")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if compiled.returncode != 0:
+        raise SetupError(f"cannot compile the regular install for -OO: {compiled.stdout.strip() or compiled.stderr}")
+    _first, body = (venv / "bin" / "supervisor").read_text().split("\n", 1)
+    script = venv / "image" / "supervisor"
+    script.parent.mkdir(exist_ok=True)
+    # Written aside and renamed: another run may be starting this one.
+    staged = script.with_name(f".supervisor.{os.getpid()}")
+    staged.write_text(f"#!{python} {PID1_FLAGS}\n{body}")
+    staged.chmod(0o755)
+    staged.replace(script)
+    return script
 
 
 @dataclass

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ._bench import REPO, Bench, SetupError, regular_install
+from ._bench import PID1_FLAGS, REPO, Bench, SetupError, regular_install
 from ._report import machine, render_table, write_json, write_markdown
 from ._results import Figure, Row, Target
 from ._subjects import ANCHORS, FLOOR, OURS, Subject, subject_version, subjects, supervisor_executable
@@ -107,7 +107,11 @@ def _run(
                 rows.append(_crashed(name, exc))
             bench.say(f"  ({time.monotonic() - t0:.1f} s)")
         versions = {s.name: subject_version(s) for s in chosen}
-        versions[OURS] += " (editable install)" if args.editable else " (installed from wheels)"
+        versions[OURS] += (
+            " (editable install)"
+            if args.editable
+            else f" (installed from wheels, run as the image runs it: python {PID1_FLAGS})"
+        )
     for row in rows:
         for name in missing:
             row.anchors.setdefault(name, Figure(note="not measured: not installed"))

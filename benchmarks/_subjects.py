@@ -17,6 +17,7 @@ starts the main process; and once more without that step.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -120,10 +121,20 @@ def subjects(names: Sequence[str], supervisor: str) -> list[Subject]:
 
 
 def floor_subject(supervisor: str) -> Subject:
-    """The Python floor, run by the interpreter the supervisor's console
-    script runs on (the same venv, so the same start-up work), else this one."""
-    python = Path(supervisor).parent / "python"
-    return Subject(FLOOR, str(python) if python.exists() else sys.executable)
+    """The Python floor, run by the interpreter the supervisor's script names
+    on its first line (the same venv, so the same start-up work), else this
+    one."""
+    return Subject(FLOOR, _script_interpreter(supervisor) or sys.executable)
+
+
+def _script_interpreter(script: str) -> str | None:
+    try:
+        with open(script, "rb") as file:
+            first = file.readline(4096)
+    except OSError:
+        return None
+    words = first[2:].split() if first.startswith(b"#!") else []
+    return os.fsdecode(words[0]) if words and os.path.exists(words[0]) else None
 
 
 def plan_subject(supervisor: str, *, compiled: bool = True) -> Subject:

@@ -116,8 +116,9 @@ def _isolate() -> None:
         return
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
+    flags = "-I" + "O" * sys.flags.optimize  # -OO stays: the image's flags are -IOO
     if spec is not None and spec.name.endswith("__main__"):  # python -m supervisor
-        again = [sys.executable, "-I", "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
+        again = [sys.executable, flags, "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
     else:  # the console script
-        again = [sys.executable, "-I", sys.argv[0], *sys.argv[1:]]
+        again = [sys.executable, flags, sys.argv[0], *sys.argv[1:]]
     os.execv(sys.executable, again)

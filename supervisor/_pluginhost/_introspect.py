@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Mapping
 
 from ..phases import PHASES
 from ._enable import EnabledPlugin
-from ._registry import Registry
+from ._registry import InstalledPlugin, Registry
 
 __all__ = ["describe", "hooks_by_phase"]
 
@@ -65,7 +66,40 @@ def describe(registry: Registry) -> list[str]:
             continue
         hooks = ", ".join(h.removeprefix("supervisor_") for h in registry.hook_names(plugin.name))
         lines.append(f"    hooks: {hooks or '-'}")
-        doc = inspect.getdoc(plugin.obj) or ""
+        doc = _docstring(plugin)
         lines.extend(f"    {line}" if line else "" for line in doc.splitlines())
         lines.append("")
     return lines
+
+
+def _docstring(plugin: InstalledPlugin) -> str:
+    """The plugin's docstring, cleaned as ``inspect.getdoc`` does.
+
+    The image runs the supervisor with ``python -OO``, which drops every
+    docstring from the compiled code; this command then reads the one the
+    source starts with: the object's own (a module, a class, a function), a
+    plugin instance's class's when the class is the plugin module's, else
+    that module's (a ``PhasePlugin`` made with ``doc=__doc__``).
+    """
+    doc = inspect.getdoc(plugin.obj)
+    if doc or sys.flags.optimize < 2:
+        return doc or ""
+    obj = plugin.obj
+    if not (inspect.ismodule(obj) or inspect.isclass(obj) or inspect.isfunction(obj)):
+        module = plugin.entry_point.module if plugin.entry_point is not None else None
+        own_class = module is None or type(obj).__module__ == module
+        obj = type(obj) if own_class else sys.modules.get(module or "")
+    return _source_docstring(obj) if obj is not None else ""
+
+
+def _source_docstring(obj: object) -> str:
+    import ast  # only under -OO, for this command
+
+    try:
+        tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(obj)))  # type: ignore[arg-type]
+    except (OSError, TypeError, SyntaxError):
+        return ""  # no source to read: no docstring, as -OO left it
+    node = tree if inspect.ismodule(obj) else tree.body[0]
+    if not isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        return ""
+    return ast.get_docstring(node) or ""

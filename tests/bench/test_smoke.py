@@ -127,6 +127,8 @@ def check_the_table_is_regenerated(data: dict[str, Any], docs: str) -> None:
     assert table[0].startswith("| scenario | measure | unit | supervisor | Python floor | × floor | tini |")
     assert len(table) == 1 + len(data["rows"])
     assert data["meta"]["smoke"] is True
+    # Measured as the image starts it (benchmarks._bench.as_the_image_runs_it).
+    assert data["meta"]["versions"]["supervisor"].endswith("run as the image runs it: python -IOO)")
 
 
 def test_an_unknown_scenario_is_one_line_and_exit_2() -> None:

@@ -9,7 +9,10 @@ is exactly how ``importlib.metadata`` finds a pip-installed plugin (with
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -374,6 +377,26 @@ def test_plugins_command_lists_installed_plugins(plugin_path: Path, tmp_path: Pa
     assert "recorder  (supervisor-testplugins 1.0)" in text
     assert "hooks: " in text and "pre_stop" in text
     assert "failed to load: ImportError" in text
+
+
+def test_plugins_command_shows_the_same_docstrings_under_python_oo(plugin_path: Path, tmp_path: Path) -> None:
+    """The image runs the supervisor with -OO, which drops every docstring
+    from the compiled code; the listing reads them from the sources instead."""
+    env = {**os.environ, **_env(plugin_path, tmp_path)}
+    listings = [
+        subprocess.run(
+            [sys.executable, *flags, "-m", "supervisor", "plugins"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+        for flags in ([], ["-OO"])
+    ]
+    assert "The ``exec`` plugin: run commands in any phase" in listings[0]  # a module's (a PhasePlugin)
+    assert "recorder  (supervisor-testplugins 1.0)" in listings[0]
+    assert listings[1] == listings[0]
 
 
 def test_json_timeline_is_one_record_of_every_step(plugin_path: Path, tmp_path: Path) -> None:

@@ -173,6 +173,41 @@ def test_the_parent_death_signal_reaches_pid1_in_every_spelling(form: list[str],
         parent.stdout.close()
 
 
+def test_the_orchestrator_stops_the_processes_when_the_init_layer_is_killed(tmp_path: Path) -> None:
+    """Not PID 1, the init layer can be SIGKILLed; the orchestrator then gets
+    SIGTERM as its parent-death signal and runs the shutdown rather than
+    leaving the processes running."""
+    argv = [SUPERVISOR, "--control", "--", sys.executable, "-c", SIGNAL_REPORTER]
+    env = {**os.environ, "SUPERVISOR_SOCKET": str(tmp_path / "control.sock")}
+    init = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    assert init.stdout is not None
+    started: list[int] = []  # the orchestrator, then its main process
+    try:
+        lines = _lines(init.stdout.fileno())
+        assert next(lines) == "ready"
+        started += _children(init.pid)
+        started += _children(started[0])
+        init.kill()
+        init.wait()
+        assert next(lines) == f"got {int(signal.SIGTERM)}"
+        wait_until(lambda: not pid_alive(started[0]), timeout=20)
+    finally:
+        if init.poll() is None:
+            init.kill()
+            init.wait()
+        for pid in started:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        init.stdout.close()
+
+
+def _children(pid: int) -> list[int]:
+    """Every thread's children (trio may start a process from a worker thread)."""
+    return [
+        int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()
+    ]
+
+
 def _lines(fd: int, timeout: float = 20) -> Iterator[str]:
     """Lines from ``fd`` as they come; StopIteration at EOF or the timeout."""
     buffer = b""

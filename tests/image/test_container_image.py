@@ -93,8 +93,9 @@ def test_supervisor_is_pid_1_as_a_numeric_non_root_user(image: BuiltImage, conta
     uid, gid, pid1 = result.stdout.splitlines()
     assert (uid, gid) == ("65532", "65532")
     # The console script's first line runs the interpreter isolated (-I: no
-    # PYTHONPATH, no user site), so PID 1's command line is that line's.
-    assert pid1.split()[:3] == [f"{VENV}/bin/python3", "-I", ENTRYPOINT], pid1
+    # PYTHONPATH, no user site) and without docstrings or asserts (-OO), so
+    # PID 1's command line is that line's.
+    assert pid1.split()[:3] == [f"{VENV}/bin/python3", "-IOO", ENTRYPOINT], pid1
 
     config = json.loads(podman("image", "inspect", image.name).stdout)[0]["Config"]
     assert config["User"] == USER
@@ -160,14 +161,15 @@ def test_image_size_is_reported_and_small(image: BuiltImage) -> None:
 
 def test_python_files_are_precompiled(image: BuiltImage, containers: Containers) -> None:
     # The venv belongs to root: without .pyc files from the build, every start
-    # as user 65532 would compile trio again.
+    # as user 65532 would compile trio again.  Both levels: plain, and -OO
+    # for the supervisor's script.
     script = textwrap.dedent(
         """
         import importlib.util, pathlib, sys, sysconfig
         site = pathlib.Path(sysconfig.get_paths()["purelib"])
         sources = list(site.rglob("*.py"))
-        missing = [str(p) for p in sources
-                   if not pathlib.Path(importlib.util.cache_from_source(str(p))).exists()]
+        missing = [cached for p in sources for level in ("", 2)
+                   if not pathlib.Path(cached := importlib.util.cache_from_source(str(p), optimization=level)).exists()]
         print(len(sources), len(missing))
         print("\\n".join(missing[:20]))
         """
@@ -177,6 +179,33 @@ def test_python_files_are_precompiled(image: BuiltImage, containers: Containers)
     counted, missing = map(int, result.stdout.split()[:2])
     assert counted > 100
     assert missing == 0, result.stdout
+
+
+def test_every_module_the_supervisor_imports_is_precompiled_for_its_flags(
+    image: BuiltImage, containers: Containers
+) -> None:
+    # The base's standard library too (the official python images delete
+    # every .pyc): the orchestrator's and PID 1's modules, from the stdlib
+    # and the venv, each have the .pyc that PID 1's flags (-IOO) read.
+    script = textwrap.dedent(
+        """
+        import os, sys
+        import supervisor._run, supervisor._orchestrator, supervisor.control.server, supervisor.health
+        import supervisor.pid1.init, supervisor._compiled, supervisor.config._source, trio
+        # Frozen modules (os, codecs, ...) are in the interpreter itself.
+        modules = [m for m in list(sys.modules.values())
+                   if getattr(getattr(m, "__spec__", None), "has_location", False)
+                   and m.__spec__.origin.endswith(".py")]
+        missing = [m.__name__ for m in modules if not (m.__cached__ and os.path.exists(m.__cached__))]
+        print(sys.flags.optimize, len(modules), len(missing))
+        print("\\n".join(sorted(missing)[:20]))
+        """
+    )
+    result = containers.run(image.name, "--", f"{VENV}/bin/python", "-IOO", "-c", script)
+    assert result.returncode == 0, result.stderr
+    optimize, counted, missing = map(int, result.stdout.split()[:3])
+    assert (optimize, missing) == (2, 0), result.stdout
+    assert counted > 150, result.stdout
 
 
 # --------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 from tests.control._ctl import wait_status, write_config
@@ -72,3 +73,19 @@ def test_the_image_may_allow_pythonpath_explicitly(tmp_path: Path) -> None:
     listed = _cli("plugins", env={"PYTHONPATH": str(app), "SUPERVISOR_ALLOW_PYTHONPATH": "1"})
     assert "(evilpkg 1.0)" in listed.stdout, listed
     assert marker.exists()
+
+
+def test_starting_again_isolated_keeps_the_optimization_flags(tmp_path: Path) -> None:
+    """Run with -OO but not -I, and with PYTHONPATH set: the supervisor starts
+    again as ``python -IOO`` (isolated, and still without docstrings)."""
+    show_parent = 'tr "\\0" " " </proc/$PPID/cmdline'  # the main process's parent: the init layer
+    result = subprocess.run(
+        [sys.executable, "-OO", SUPERVISOR, "--", "sh", "-c", show_parent],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[:3] == [sys.executable, "-IOO", SUPERVISOR], result.stdout

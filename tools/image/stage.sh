@@ -6,7 +6,8 @@
 #   stage.sh build-deps      apt packages to compile the wheels (build stage)
 #   stage.sh core-deps       the core's runtime dependencies into the venv
 #   stage.sh install SRC     the project and the chosen plugins into the venv
-#   stage.sh runtime-deps    shared libraries the venv needs (runtime stage)
+#   stage.sh runtime-deps    shared libraries the venv needs, the compiled stdlib
+#                            (runtime stage)
 #   stage.sh optional        the names PLUGINS accepts (for tools/build-image.sh)
 #
 # PLUGINS (build arg) names optional plugins by their directory under
@@ -14,6 +15,9 @@
 set -eu
 
 VENV=${VENV:-/opt/supervisor}
+# The interpreter flags of the supervisor's script, so of PID 1 (see install).
+# benchmarks/_bench.py runs the supervisor with the same ones.
+PID1_FLAGS=-IOO
 OPTIONAL_PLUGINS="kubernetes libvirt"
 PLUGINS=${PLUGINS:-}
 
@@ -90,14 +94,34 @@ install() {
     "$VENV/bin/pip" install -q --no-compile "$@"
     # Compiled once here: a non-root user cannot write .pyc files into the
     # root-owned venv, and without them every start pays for compiling trio.
-    # unchecked-hash: the files never change in the image, so skip the stat.
-    "$VENV/bin/python" -m compileall -q -j 0 --invalidation-mode unchecked-hash "$VENV/lib" >/dev/null
-    # Isolated from the first byte (python -I): no PYTHONPATH, no user site
-    # directory, no sitecustomize from either, for PID 1 and every exec
-    # probe.  pip writes the interpreter's path alone into the script.
-    sed -i "1s|^#!$VENV/bin/python[0-9.]*\$|& -I|" "$VENV/bin/supervisor"
-    head -n 1 "$VENV/bin/supervisor" | grep -q -- ' -I$' || die "the supervisor script's first line has no -I"
+    # Both levels: -OO for the supervisor (below), the plain one for any
+    # other use of the venv's interpreter.  unchecked-hash: the files never
+    # change in the image, so skip the stat.
+    "$VENV/bin/python" -m compileall -q -j 0 -o 0 -o 2 --invalidation-mode unchecked-hash "$VENV/lib" >/dev/null
+    # pip writes the interpreter's path alone into the script; the flags
+    # are the image's (one word: the kernel passes the rest of the line as
+    # one argument).
+    #   -I   isolated from the first byte: no PYTHONPATH, no user site
+    #        directory, no sitecustomize from either, for PID 1 and every
+    #        exec probe.
+    #   -OO  no docstrings and no asserts: about 1.1 MiB less in every
+    #        pod's orchestrator (trio's and attrs' docstrings are most of
+    #        it).  Nothing of the supervisor's behaviour rests on either.
+    sed -i "1s|^#!$VENV/bin/python[0-9.]*\$|& $PID1_FLAGS|" "$VENV/bin/supervisor"
+    head -n 1 "$VENV/bin/supervisor" | grep -q -- " $PID1_FLAGS\$" \
+        || die "the supervisor script's first line has no $PID1_FLAGS"
     "$VENV/bin/supervisor" --version >/dev/null || die "the installed supervisor does not start"
+}
+
+# The base's standard library, compiled for -OO as the venv is.  The
+# official python images ship no .pyc at all, Debian's python3 only the
+# plain level; as user 65532 the supervisor could write neither, and would
+# compile every module it imports from the stdlib again at every start.
+compile_stdlib() {
+    stdlib=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
+    # Not the test suites, IDLE or lib2to3 (whose test data is not valid
+    # Python 3), never imported; nor the base's own packages (pip).
+    python3 -m compileall -q -j 0 -o 0 -o 2 -x '/(test|tests|idle_test|idlelib|lib2to3|site-packages|dist-packages)/' "$stdlib" >/dev/null
 }
 
 runtime_deps() {
@@ -105,6 +129,7 @@ runtime_deps() {
     if wants libvirt; then packages="$packages libvirt0"; fi
     # shellcheck disable=SC2086
     apt_install $packages
+    compile_stdlib
 }
 
 case ${1:-} in

@@ -39,9 +39,12 @@ def build_probe(directory: Path) -> Path:
     return binary
 
 
-# The interpreter flags the image's script starts the supervisor with
-# (PID1_FLAGS in tools/image/stage.sh, which says why).
-PID1_FLAGS = "-IOO"
+# The interpreter flags the supervisor is measured with.  The image's script
+# starts it as `python -IOO` (PID1_FLAGS in tools/image/stage.sh, which says
+# why); -I is left out here: it would hide the plugins the hooks and overrun
+# scenarios put on PYTHONPATH (the interpreter then ignores the variable,
+# SUPERVISOR_ALLOW_PYTHONPATH or not), and changes nothing the others measure.
+PID1_FLAGS = "-OO"
 
 
 def regular_install(cache: Path | None = None, *, verbose: bool = True) -> str:
@@ -68,8 +71,9 @@ def regular_install(cache: Path | None = None, *, verbose: bool = True) -> str:
 
 def as_the_image_runs_it(venv: Path) -> Path:
     """A copy of ``venv``'s ``supervisor`` script whose first line starts the
-    venv's interpreter with the image's flags, and the ``-OO`` .pyc files
-    those read, compiled into the venv as the image's build compiles them.
+    venv's interpreter with the image's ``-OO`` (``PID1_FLAGS``), and the
+    .pyc files it reads, compiled into the venv as the image's build
+    compiles them.
 
     The copy keeps the name ``supervisor`` (the kernel names the process
     after the script), in a directory of its own next to ``bin``.

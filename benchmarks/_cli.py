@@ -110,7 +110,7 @@ def _run(
         versions[OURS] += (
             " (editable install)"
             if args.editable
-            else f" (installed from wheels, run as the image runs it: python {PID1_FLAGS})"
+            else f" (installed from wheels, run with the image's python {PID1_FLAGS})"
         )
     for row in rows:
         for name in missing:

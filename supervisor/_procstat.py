@@ -32,6 +32,12 @@ class ProcStat:
     def zombie(self) -> bool:
         return self.state == "Z"
 
+    @property
+    def stopped(self) -> bool:
+        """Stopped (SIGSTOP, a debugger): it acts on no signal but SIGKILL
+        and SIGCONT until it is continued."""
+        return self.state in ("T", "t")
+
 
 def read_stat(pid: int) -> ProcStat | None:
     """The process's stat line, or None when it is gone (or unreadable)."""

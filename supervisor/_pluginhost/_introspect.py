@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import sys
 from collections.abc import Mapping
@@ -93,8 +94,6 @@ def _docstring(plugin: InstalledPlugin) -> str:
 
 
 def _source_docstring(obj: object) -> str:
-    import ast  # only under -OO, for this command
-
     try:
         tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(obj)))  # type: ignore[arg-type]
     except (OSError, TypeError, SyntaxError):

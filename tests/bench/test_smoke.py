@@ -128,7 +128,7 @@ def check_the_table_is_regenerated(data: dict[str, Any], docs: str) -> None:
     assert len(table) == 1 + len(data["rows"])
     assert data["meta"]["smoke"] is True
     # Measured as the image starts it (benchmarks._bench.as_the_image_runs_it).
-    assert data["meta"]["versions"]["supervisor"].endswith("run as the image runs it: python -IOO)")
+    assert data["meta"]["versions"]["supervisor"].endswith("run with the image's python -OO)")
 
 
 def test_an_unknown_scenario_is_one_line_and_exit_2() -> None:

@@ -38,7 +38,9 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     parser = subparsers.add_parser(
         "libvirt",
         help="libvirt guests: request, cancel and list shutdown requests",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        # Not the module's docstring: the image runs the supervisor with
+        # python -OO, which drops it.
+        description="Operators' commands for the shutdown requests of libvirt guests.",
     )
     commands = parser.add_subparsers(dest="libvirt_command", metavar="COMMAND", required=True)
 

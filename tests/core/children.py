@@ -2,14 +2,16 @@
 ``python3 -c``; stdlib only so they start fast)."""
 
 # Reports every signal it receives as "got N" on stdout, "ready" once its
-# handlers are installed; exits 0 on SIGTERM after reporting it.
+# handlers are installed; exits 0 on SIGTERM after reporting it, at once: the
+# SIGCONT that follows every stop signal (as runit and s6 send it) is then
+# never reported after it.
 SIGNAL_REPORTER = r"""
 import os, signal, sys
 skip = {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
 def handler(signo, frame):
-    print(f"got {signo}", flush=True)
+    os.write(1, f"got {signo}\n".encode())
     if signo == signal.SIGTERM:
-        sys.exit(0)
+        os._exit(0)
 for s in range(1, 32):
     if s not in skip:
         signal.signal(s, handler)

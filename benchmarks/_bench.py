@@ -16,7 +16,7 @@ from pathlib import Path
 from ._sandbox import Channel, Sandbox
 from ._subjects import FLOOR, OURS, PLANS, RunSpec, Subject, plan_subject
 
-__all__ = ["PID1_FLAGS", "Bench", "Run", "SetupError", "as_the_image_runs_it", "build_probe", "regular_install"]
+__all__ = ["MEASURED_FLAGS", "Bench", "Run", "SetupError", "as_the_image_runs_it", "build_probe", "regular_install"]
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -44,7 +44,7 @@ def build_probe(directory: Path) -> Path:
 # why); -I is left out here: it would hide the plugins the hooks and overrun
 # scenarios put on PYTHONPATH (the interpreter then ignores the variable,
 # SUPERVISOR_ALLOW_PYTHONPATH or not), and changes nothing the others measure.
-PID1_FLAGS = "-OO"
+MEASURED_FLAGS = "-OO"
 
 
 def regular_install(cache: Path | None = None, *, verbose: bool = True) -> str:
@@ -71,7 +71,7 @@ def regular_install(cache: Path | None = None, *, verbose: bool = True) -> str:
 
 def as_the_image_runs_it(venv: Path) -> Path:
     """A copy of ``venv``'s ``supervisor`` script whose first line starts the
-    venv's interpreter with the image's ``-OO`` (``PID1_FLAGS``), and the
+    venv's interpreter with the image's ``-OO`` (``MEASURED_FLAGS``), and the
     .pyc files it reads, compiled into the venv as the image's build
     compiles them.
 
@@ -92,7 +92,7 @@ def as_the_image_runs_it(venv: Path) -> Path:
     script.parent.mkdir(exist_ok=True)
     # Written aside and renamed: another run may be starting this one.
     staged = script.with_name(f".supervisor.{os.getpid()}")
-    staged.write_text(f"#!{python} {PID1_FLAGS}\n{body}")
+    staged.write_text(f"#!{python} {MEASURED_FLAGS}\n{body}")
     staged.chmod(0o755)
     staged.replace(script)
     return script

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ._bench import PID1_FLAGS, REPO, Bench, SetupError, regular_install
+from ._bench import MEASURED_FLAGS, REPO, Bench, SetupError, regular_install
 from ._report import machine, render_table, write_json, write_markdown
 from ._results import Figure, Row, Target
 from ._subjects import ANCHORS, FLOOR, OURS, Subject, subject_version, subjects, supervisor_executable
@@ -110,7 +110,7 @@ def _run(
         versions[OURS] += (
             " (editable install)"
             if args.editable
-            else f" (installed from wheels, run with the image's python {PID1_FLAGS})"
+            else f" (installed from wheels, run with the image's python {MEASURED_FLAGS})"
         )
     for row in rows:
         for name in missing:

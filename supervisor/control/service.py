@@ -10,7 +10,6 @@ once start-up is over and ends when the shutdown begins.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
@@ -137,10 +136,8 @@ def _return_freed_memory() -> None:
     Imports, the configuration's parse tree and the start-up's temporaries
     leave freed memory inside glibc's heap, which keeps it; ``malloc_trim``
     returns it (about 0.6 MiB of the idle orchestrator's private memory,
-    more than this package costs).  ctypes is already loaded (trio uses
-    it); a libc without malloc_trim (musl) simply keeps its pages.
+    more than this package costs).
     """
-    import ctypes
+    from .._libc import malloc_trim
 
-    with contextlib.suppress(AttributeError, OSError):
-        ctypes.CDLL(None).malloc_trim(0)
+    malloc_trim()

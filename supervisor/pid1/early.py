@@ -21,21 +21,6 @@ __all__ = ["ORCHESTRATOR_SIGNALS", "EarlySignals"]
 ORCHESTRATOR_SIGNALS = (FORWARDABLE_SIGNALS - {signal.SIGPIPE}) | {PIPE_RELAY}
 
 
-# <linux/prctl.h>
-_PR_SET_PDEATHSIG = 1
-
-
-def _set_parent_death_signal(signo: int) -> None:
-    """prctl(PR_SET_PDEATHSIG) through libc.  ctypes rather than python-prctl:
-    trio loads ctypes into the orchestrator anyway, python-prctl's module
-    would be another 0.1 MiB of every pod's memory for this one call."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signo), 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
-
-
 class EarlySignals:
     def __init__(self) -> None:
         self.pending: list[int] = []
@@ -55,7 +40,9 @@ class EarlySignals:
         try:
             import os
 
-            _set_parent_death_signal(signal.SIGTERM)
+            from .._libc import PR_SET_PDEATHSIG, prctl
+
+            prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
             if os.getppid() != parent_pid:  # it died before we asked
                 early._record(signal.SIGTERM, None)
         except (ImportError, OSError):

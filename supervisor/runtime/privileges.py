@@ -36,7 +36,6 @@ anything is spawned.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import grp
 import os
@@ -48,6 +47,7 @@ from types import MappingProxyType
 
 import prctl
 
+from supervisor._libc import prctl as libc_prctl
 from supervisor.config._model import ProcessSpec
 from supervisor.pid1.exits import ExitCode
 
@@ -88,16 +88,6 @@ CAPABILITIES: Mapping[str, int] = MappingProxyType(_capability_table())
 # Capabilities python-prctl accepts by number; any newer one the running
 # kernel has is dropped through libc.
 _PRCTL_KNOWN = frozenset(int(cap) for cap in prctl.ALL_CAPS)
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.prctl.argtypes = (ctypes.c_int, *[ctypes.c_ulong] * 4)
-_libc.prctl.restype = ctypes.c_int
-
-
-def _raw_prctl(option: int, arg2: int, arg3: int = 0) -> None:
-    if _libc.prctl(option, arg2, arg3, 0, 0) == -1:
-        error = ctypes.get_errno()
-        raise OSError(error, os.strerror(error))
 
 
 class PrivilegeError(subprocess.SubprocessError):
@@ -183,7 +173,7 @@ class PrivilegePlan:
         gids = (self.gid,) * 3 if self.gid is not None else (-1, -1, -1)
         planned: tuple[tuple[bool, bytes, Callable[[], object]], ...] = (
             (bool(prctl_drop), b"bounding set", partial(prctl.capbset.drop, *prctl_drop)),
-            *((True, b"bounding set", partial(_raw_prctl, _PR_CAPBSET_DROP, cap)) for cap in raw_drop),
+            *((True, b"bounding set", partial(libc_prctl, _PR_CAPBSET_DROP, cap)) for cap in raw_drop),
             (
                 bool(self.inheritable_drop or self.inheritable_raise),
                 b"inheritable capabilities",
@@ -194,7 +184,7 @@ class PrivilegePlan:
             (self.gid is not None, b"setresgid", partial(os.setresgid, *gids)),
             (self.uid is not None, b"setresuid", partial(os.setresuid, *uids)),
             *(
-                (True, b"ambient capabilities", partial(_raw_prctl, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, cap))
+                (True, b"ambient capabilities", partial(libc_prctl, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, cap))
                 for cap in self.ambient
             ),
             (self.no_new_privs, b"PR_SET_NO_NEW_PRIVS", partial(prctl.set_no_new_privs, True)),
@@ -495,7 +485,7 @@ def _capability_problem(plan: PrivilegePlan, state: _State, _wanted: str) -> str
 
 def _ambient_supported() -> bool:
     try:
-        _raw_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_IS_SET, 0)
+        libc_prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_IS_SET, 0)
     except OSError:
         return False
     return True

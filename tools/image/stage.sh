@@ -16,7 +16,7 @@ set -eu
 
 VENV=${VENV:-/opt/supervisor}
 # The interpreter flags of the supervisor's script, so of PID 1 (see install).
-# benchmarks/_bench.py runs the supervisor with the same ones.
+# benchmarks/_bench.py measures the supervisor with the same -OO (not -I).
 PID1_FLAGS=-IOO
 OPTIONAL_PLUGINS="kubernetes libvirt"
 PLUGINS=${PLUGINS:-}

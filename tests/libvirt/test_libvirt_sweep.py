@@ -29,7 +29,13 @@ def _fake_guest(base: Path) -> subprocess.Popen[bytes]:
     qemu = base / "bin" / "qemu-system-x86_64"
     qemu.parent.mkdir()
     shutil.copy("/bin/sleep", qemu)
-    return subprocess.Popen([str(qemu), "600"])
+    guest = subprocess.Popen([str(qemu), "600"])
+    # Popen returns once the exec has closed its error pipe, which the kernel
+    # does before it writes the new program's arguments: for a moment the
+    # guest's /proc/PID/cmdline is empty, and a sweep would not know it.
+    # A guest of a killed run has long been past that moment.
+    wait_until(lambda: _proc(guest.pid)[0].startswith(str(qemu).encode()))
+    return guest
 
 
 def _proc(pid: int) -> tuple[bytes, str]:
@@ -51,13 +57,12 @@ def test_a_dead_runs_guest_and_directory_are_swept(root: Path) -> None:
     (dead.base / "owner").write_text(f"{_dead_pid()} 1")
     guest = _fake_guest(dead.base)
     try:
-        seen = Path(f"/proc/{guest.pid}/cmdline").read_bytes()
         assert sweep_dead_runs(root) == [dead.base]
         try:
             status = guest.wait(timeout=30)
         except subprocess.TimeoutExpired:
             status = None
-        assert status == -9, (seen, _proc(guest.pid))
+        assert status == -9, _proc(guest.pid)
         assert not dead.base.exists()
     finally:
         if guest.poll() is None:

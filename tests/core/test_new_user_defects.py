@@ -128,7 +128,7 @@ def test_restart_not_ready_in_time_ends_failed_and_start_works_again(tmp_path: P
 
 
 def test_check_shows_only_the_hooks_that_will_act() -> None:
-    result = ctl(None, "check", "-c", str(EXAMPLES / "demo.yaml"))
+    result = ctl(None, "check", "--no-compile", "-c", str(EXAMPLES / "demo.yaml"))
     assert result.returncode == 0, result.stderr
     plan = result.stdout
     assert "exec" not in plan.replace("post_stop                  exec (cleanup)", "")
@@ -137,7 +137,7 @@ def test_check_shows_only_the_hooks_that_will_act() -> None:
 
 
 def test_check_shows_libvirt_only_before_the_process_it_acts_on() -> None:
-    result = ctl(None, "check", "-c", str(EXAMPLES / "libvirt" / "pod.yaml"))
+    result = ctl(None, "check", "--no-compile", "-c", str(EXAMPLES / "libvirt" / "pod.yaml"))
     assert result.returncode == 0, result.stderr
     rows = result.stdout.splitlines()
     (hook,) = [i for i, line in enumerate(rows) if "libvirt (shut the guests down)" in line]

@@ -3,8 +3,15 @@
 ``supervisor check -c FILE`` writes, next to FILE, what it takes to start
 FILE's main process (``<dir>/__pycache__/<name>.supervisor-<version>.plan``,
 in ``marshal`` form, as Python keeps ``.pyc`` files): the exact bytes of
-FILE, the environment variables its ``${VAR}`` references read and their
-values, and the main process's command, ``env``, ``cwd`` and process group.
+FILE, the environment variables its ``${VAR}`` references read, and the
+main process's command, ``env``, ``cwd`` and process group.
+
+The plan holds no variable's value: the file lands in an image layer,
+readable by everyone, and ``check`` may run with a secret in its
+environment.  A variable is kept as a salted SHA-256 of its value (enough
+to tell that it changed), and where its value stood in the command, the
+``env`` or the ``cwd``, the plan names the variable instead; at run, once
+the digests match, the values are taken back from the environment.
 It is written only for a main process that nothing has to happen before
 (the conditions of ``supervisor._run.prespawn_main``: no ``depends_on``, no
 plugins, no ``log_prefix``) and that keeps the supervisor's user, group and
@@ -45,7 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["Recipe", "StartedFromPlan", "plan_path", "recipe_of", "start_from_plan", "write_plan"]
 
 # Bumped whenever the layout of the marshalled dict changes.
-_FORMAT = 1
+_FORMAT = 2
 # A plan larger than this is not one we wrote.
 _MAX_PLAN = 4 << 20
 
@@ -130,13 +137,19 @@ def write_plan(config_path: str, source: bytes, environ: Mapping[str, str | None
     """
     path = plan_path(config_path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    salt = os.urandom(16)
+    # Longest first: of two values where one contains the other, the
+    # longer one is the variable that was there (either way, filling the
+    # names back in gives the same string, since the values are the same).
+    values = sorted(((v, n) for n, v in environ.items() if v), key=lambda vn: -len(vn[0]))
     data = marshal.dumps(
         {
             "format": _FORMAT,
             "version": __version__,
             "source": source,
-            "environ": dict(environ),
-            "main": recipe.as_dict(),
+            "salt": salt,
+            "environ": {name: _digest(salt, value) for name, value in environ.items()},
+            "main": _hidden(recipe.as_dict(), values),
         }
     )
     temporary = f"{path}.{os.getpid()}.tmp"
@@ -175,25 +188,85 @@ def read_plan(config_path: str) -> Recipe | None:
         return None
     if not isinstance(plan, dict) or plan.get("format") != _FORMAT or plan.get("version") != __version__:
         return None
-    source = plan.get("source")
-    if not _same_environment(plan.get("environ")) or not isinstance(source, bytes):
+    source, salt = plan.get("source"), plan.get("salt")
+    if not isinstance(source, bytes) or not isinstance(salt, bytes) or not _same_environment(salt, plan.get("environ")):
         return None
     if _read_file(config_path, len(source) + 1) != source:
         return None
-    return Recipe.from_dict(plan.get("main"))
+    try:
+        main = _filled(plan.get("main"))
+    except (KeyError, TypeError, IndexError):  # a name not set, or not a part
+        return None
+    return Recipe.from_dict(main)
 
 
-def _same_environment(environ: object) -> bool:
+def _same_environment(salt: bytes, environ: object) -> bool:
     """Whether every variable the file's ``${VAR}`` references read still
-    holds what it held at ``check`` (None: unset)."""
+    holds what it held at ``check`` (a digest; None: unset)."""
     if not isinstance(environ, dict):
         return False
-    for name, value in environ.items():
-        if not isinstance(name, str) or not (value is None or isinstance(value, str)):
+    for name, digest in environ.items():
+        if not isinstance(name, str) or not (digest is None or isinstance(digest, str)):
             return False
-        if os.environ.get(name) != value:
+        if _digest(salt, os.environ.get(name)) != digest:
             return False
     return True
+
+
+def _digest(salt: bytes, value: str | None) -> str | None:
+    """A salted SHA-256 of ``value`` (None for an unset variable)."""
+    if value is None:
+        return None
+    # Not hashlib: it loads OpenSSL's libcrypto (some MiB of mappings) into
+    # the orchestrator, whose own modules never need it.  The built-in
+    # module is _sha2 since Python 3.12, _sha256 before.
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        from _sha256 import sha256  # type: ignore[import-not-found, no-redef, unused-ignore]
+    return str(sha256(salt + value.encode("utf-8", "surrogateescape")).hexdigest())
+
+
+def _hidden(value: object, values: list[tuple[str, str]]) -> object:
+    """``value`` (the recipe's dict, and what it holds) with every string in
+    which a variable's value stands made a tuple of its parts: literal
+    strings, and a 1-tuple naming the variable.  ``values``: (value, name),
+    longest first."""
+    if isinstance(value, dict):
+        return {_hidden(k, values): _hidden(v, values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hidden(v, values) for v in value]
+    if not isinstance(value, str) or not values:
+        return value
+    parts: list[str | tuple[str]] = []
+    literal = i = 0
+    while i < len(value):
+        found = next(((v, n) for v, n in values if value.startswith(v, i)), None)
+        if found is None:
+            i += 1
+            continue
+        if literal < i:
+            parts.append(value[literal:i])
+        parts.append((found[1],))
+        i = literal = i + len(found[0])
+    if not parts:
+        return value
+    if literal < len(value):
+        parts.append(value[literal:])
+    return tuple(parts)
+
+
+def _filled(value: object) -> object:
+    """What ``_hidden`` was given, with the variables' values taken from the
+    environment (which ``_same_environment`` found to hold the same ones).
+    Raises KeyError, TypeError or IndexError for what it did not write."""
+    if isinstance(value, tuple):
+        return "".join(part if isinstance(part, str) else os.environ[part[0]] for part in value)
+    if isinstance(value, dict):
+        return {_filled(k): _filled(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_filled(v) for v in value]
+    return value
 
 
 def _read_trusted(path: str) -> bytes | None:

@@ -216,6 +216,12 @@ def test_a_plan_of_another_version_is_ignored(tmp_path: Path) -> None:
     _ignored(tmp_path, config)
 
 
+def _with_main(data: bytes, **recipe: object) -> dict[str, object]:
+    """The plan ``data`` with ``recipe``'s keys changed in its main process."""
+    written = marshal.loads(data)
+    return {**written, "main": {**written["main"], **recipe}}
+
+
 @pytest.mark.parametrize(
     "spoil",
     [
@@ -223,8 +229,11 @@ def test_a_plan_of_another_version_is_ignored(tmp_path: Path) -> None:
         lambda data: marshal.dumps({**marshal.loads(data), "environ": {1: 2}}),
         lambda data: marshal.dumps({**marshal.loads(data), "main": {"argv": []}}),
         lambda data: marshal.dumps([1, 2]),
+        lambda data: marshal.dumps({**marshal.loads(data), "salt": "not bytes"}),
+        lambda data: marshal.dumps(_with_main(data, argv=["sh", ("-c", ("NOT_SET_ANYWHERE",)), "echo up"])),
+        lambda data: marshal.dumps(_with_main(data, argv=["sh", ("-c", 7), "echo up"])),
     ],
-    ids=["truncated", "odd variables", "odd recipe", "not a plan"],
+    ids=["truncated", "odd variables", "odd recipe", "not a plan", "odd salt", "unset name", "odd part"],
 )
 def test_a_corrupt_plan_is_ignored(tmp_path: Path, spoil: Callable[[bytes], bytes]) -> None:
     config = _config(tmp_path, "echo up")
@@ -243,6 +252,30 @@ def test_a_plan_is_ignored_when_a_variable_of_the_file_changed(tmp_path: Path) -
     assert status == 0, sup.output
     assert started_from_plan(sup), sup.output
     assert "compiled" in sup.stdout_lines, sup.output
+
+
+def test_the_plan_holds_no_value_of_a_variable_and_the_run_puts_them_back(tmp_path: Path) -> None:
+    """A build secret in ``check``'s environment must not land in the plan,
+    an image layer everyone can read; the run still starts the main
+    process from the plan, with the values from its own environment."""
+    config = tmp_path / "plan.yaml"
+    config.write_text(
+        "processes:\n"
+        "  - name: main\n    main: true\n"
+        '    command: ["sh", "-c", "echo \\"arg=$0 env=$SEEN\\" in $PWD", "${TOKEN}"]\n'
+        '    env: {SEEN: "<${TOKEN}|${SHORT}>"}\n'
+        f'    cwd: "{tmp_path}/${{DIR}}"\n'
+        '  - name: helper\n    command: ["sleep", "30"]\n    env: {OTHER: "${OTHER}"}\n'
+    )
+    (tmp_path / "work-dir-3141").mkdir()
+    values = {"TOKEN": "tok-5f2b9c7e1d", "SHORT": "tok", "DIR": "work-dir-3141", "OTHER": "other-0815-secret"}
+    plan = compile_plan(config, env=values).read_bytes()
+    for value in values.values():
+        assert value.encode() not in plan, value
+    status, sup = run(["-v", "-c", str(config)], env=values)
+    assert status == 0, sup.output
+    assert started_from_plan(sup), sup.output
+    assert f"arg=tok-5f2b9c7e1d env=<tok-5f2b9c7e1d|tok> in {tmp_path}/work-dir-3141" in sup.stdout_lines, sup.output
 
 
 def test_a_plan_whose_main_process_differs_from_the_file_is_replaced(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ makes a lazy module load at the next ``import`` of it anywhere.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import threading
 import types
@@ -70,8 +71,37 @@ def defer_trio_extras() -> None:
     TLS, DTLS cookies and international host names (``ssl``, ``hmac``,
     ``idna``); the compression modules and ``tempfile`` that ``shutil`` and
     ``ctypes.util`` bring (trio imports ``ctypes.util`` to name its threads,
-    and ``ldconfig`` answers it without them); and ``unicodedata``, which
+    and the lookup is answered without them); and ``unicodedata``, which
     attrs reads only for a class attribute with a non-ASCII name.  Called
     before anything imports trio: a module trio has already bound is too late.
     """
     defer("ssl", "hmac", "idna", "bz2", "lzma", "zlib", "unicodedata", "shutil", "tempfile")
+    _answer_pthread_lookup()
+
+
+def _answer_pthread_lookup() -> None:
+    """Answer trio's ``ctypes.util.find_library("pthread")`` without ldconfig.
+
+    trio asks it once, at import, to name its worker threads.  On Linux,
+    ``find_library`` runs ``/sbin/ldconfig -p`` and parses its output (and
+    without it tries a C compiler, then ``ld``): a process spawned by every
+    orchestrator at start, some milliseconds of CPU, and an exec that
+    runtime security tools report as unexpected in a pod.  On glibc the
+    answer is always the soname ``libpthread.so.0``; since glibc 2.34 that
+    is a stub whose symbols ``dlsym`` finds in libc, where they moved.
+    Other names, and other C libraries (musl), are asked as before.
+    """
+    import ctypes.util
+
+    asked = ctypes.util.find_library
+    try:
+        glibc = bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (ValueError, OSError):  # a C library without the name
+        glibc = False
+    if not glibc or getattr(asked, "__module__", None) == __name__:
+        return
+
+    def find_library(name: str) -> str | None:
+        return "libpthread.so.0" if name == "pthread" else asked(name)
+
+    ctypes.util.find_library = find_library

@@ -85,3 +85,30 @@ def test_a_module_already_imported_is_left_alone_and_a_failed_load_can_be_retrie
         """
     )
     assert out.splitlines() == ["True", "no_such_module_here True", "no_such_module_here True"]
+
+
+def test_trio_names_its_threads_without_running_ldconfig() -> None:
+    """trio's import looks up libpthread to name its worker threads; the
+    orchestrator answers it without ``ldconfig -p``, a process every pod
+    would otherwise spawn at start, and the threads are named all the same."""
+    out = run_python(
+        """
+        import sys, threading
+        started = []
+        sys.addaudithook(lambda event, args: event == "subprocess.Popen" and started.append(args[0]))
+        import supervisor.runtime, trio
+
+        def name() -> str:
+            with open(f"/proc/self/task/{threading.get_native_id()}/comm") as comm:
+                return comm.read().strip()
+
+        print(started, name(), "|", trio.run(trio.to_thread.run_sync, name))
+        """
+    )
+    spawned, _, names = out.partition(" ")
+    assert spawned == "[]", out
+    # A thread trio has not named has the process's name, like this one.
+    main_thread, worker = names.split(" | ")
+    assert worker != main_thread, out
+    # What ldconfig itself answers on this machine.
+    assert run_python("import ctypes.util; print(ctypes.util.find_library('pthread'))") == "libpthread.so.0"

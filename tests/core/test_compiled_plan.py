@@ -136,6 +136,18 @@ def test_check_says_why_a_main_process_is_not_compiled_and_removes_the_old_plan(
     assert not plan.exists()
 
 
+def test_check_compiles_nothing_when_plugins_start_first(tmp_path: Path) -> None:
+    config = _config(tmp_path, WAITING)
+    config.write_text(_literal_config(WAITING, "") + "plugins:\n  sleep: {seconds: 1s}\n")
+    result = check(config)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == (
+        "supervisor check: no compiled plan: plugins are configured: their start-up hooks run first, "
+        "so the orchestrator starts it"
+    )
+    assert not (tmp_path / "__pycache__").exists()
+
+
 def test_check_without_a_main_process_compiles_nothing(tmp_path: Path) -> None:
     config = tmp_path / "plan.yaml"
     config.write_text('processes:\n  - name: helper\n    command: ["sleep", "30"]\n')

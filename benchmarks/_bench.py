@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,6 +216,37 @@ class Run:
         self.channel.receive(timeout, "ready")
         self.sandbox.pid1  # noqa: B018 (open the pidfd now)
         return started.ns
+
+    def settle(self, quiet: float = 0.3, timeout: float = 15) -> None:
+        """Wait until no process of the namespace has used CPU time, and none
+        has come or gone, for ``quiet`` seconds (at most ``timeout``).
+
+        The main process is ready before the init is: the supervisor with a
+        plan starts it, then its orchestrator imports trio and starts the
+        helper for a few hundred ms, taking one of the machine's cores from
+        the signal it is meant to forward.  What a pod lives with is the
+        init at rest.
+        """
+        end = time.monotonic() + timeout
+        seen = self._activity()
+        quiet_since = time.monotonic()
+        while time.monotonic() < end:
+            time.sleep(0.05)
+            now = self._activity()
+            if now != seen:
+                seen, quiet_since = now, time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet:
+                return
+
+    def _activity(self) -> tuple[tuple[int, ...], int]:
+        """The namespace's processes, and the CPU ticks they have used."""
+        pids = tuple(sorted(self.sandbox.processes()))
+        ticks = 0
+        for pid in pids:
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return pids, ticks
 
     def main_pids(self, probe: Path) -> list[int]:
         """Processes of the namespace running the probe (the workload)."""

@@ -118,6 +118,7 @@ def signal_forwarding(bench: Bench) -> list[Row]:
         problems: list[str] = []
         with bench.run(subject, ["signals", "{sock}"], label="signals") as run:
             run.ready()
+            run.settle()
             pid1 = run.sandbox.pid1
             for i in range(count):
                 sent = time.monotonic_ns()

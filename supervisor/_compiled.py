@@ -217,13 +217,18 @@ def _digest(salt: bytes, value: str | None) -> str | None:
     """A salted SHA-256 of ``value`` (None for an unset variable)."""
     if value is None:
         return None
-    # Not hashlib: it loads OpenSSL's libcrypto (some MiB of mappings) into
-    # the orchestrator, whose own modules never need it.  The built-in
-    # module is _sha2 since Python 3.12, _sha256 before.
+    # Not hashlib if it can be helped: it loads OpenSSL's libcrypto (some
+    # MiB of mappings) into the orchestrator, whose own modules never need
+    # it.  The built-in module is _sha2 since Python 3.12, _sha256 before;
+    # a Python built with OpenSSL's hashes only (Fedora's, RHEL's) has
+    # neither, and a missing module here would end the orchestrator.
     try:
         from _sha2 import sha256  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
-        from _sha256 import sha256  # type: ignore[import-not-found, no-redef, unused-ignore]
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found, no-redef, unused-ignore]
+        except ImportError:
+            from hashlib import sha256  # type: ignore[assignment, unused-ignore]
     return str(sha256(salt + value.encode("utf-8", "surrogateescape")).hexdigest())
 
 

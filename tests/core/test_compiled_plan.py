@@ -491,3 +491,17 @@ def test_sigterm_during_start_up_is_not_lost(tmp_path: Path, compiled: bool) -> 
     status, sup = sigterm_at_start(["-c", str(config)])
     assert status == 128 + signal.SIGTERM, sup.output
     assert "shutting down: received SIGTERM" in sup.output
+
+
+def test_the_digest_works_on_a_python_without_the_built_in_sha256(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fedora's and RHEL's Pythons hash through OpenSSL only: neither
+    ``_sha2`` nor ``_sha256`` exists there, and reading a plan must not
+    fail for it."""
+    import hashlib
+
+    from supervisor._compiled import _digest
+
+    built_in = _digest(b"salt", "value")
+    monkeypatch.setitem(sys.modules, "_sha2", None)  # None in sys.modules: ImportError
+    monkeypatch.setitem(sys.modules, "_sha256", None)
+    assert _digest(b"salt", "value") == built_in == hashlib.sha256(b"saltvalue").hexdigest()
